@@ -1,0 +1,123 @@
+"""Config helpers shared by every algorithm and runner.
+
+Configs are frozen dataclasses whose fields carry a docstring right below them (the CLI shows it).
+Every check happens on the host, before anything is traced or compiled, and a failure raises
+`ConfigError` with one line that names the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import typing
+from typing import Any, Mapping, TypeVar
+
+C = TypeVar("C")
+
+
+class ConfigError(ValueError):
+    """A bad user-supplied value, reported before compilation."""
+
+
+def fail(field: str, value: Any, allowed: str) -> typing.NoReturn:
+    raise ConfigError(f"{field}={value!r} is not allowed: {allowed}")
+
+
+def require(ok: bool, field: str, value: Any, allowed: str) -> None:
+    """Raise a `ConfigError` naming `field`, `value` and `allowed` unless `ok`."""
+    if not ok:
+        fail(field, value, allowed)
+
+
+def positive(field: str, value: float) -> None:
+    require(value > 0, field, value, "must be > 0")
+
+
+def in_unit_interval(field: str, value: float, *, closed_right: bool = True) -> None:
+    if closed_right:
+        require(0.0 <= value <= 1.0, field, value, "must be in [0, 1]")
+    else:
+        require(0.0 <= value < 1.0, field, value, "must be in [0, 1)")
+
+
+def one_of(field: str, value: Any, choices: typing.Iterable[Any]) -> None:
+    choices = list(choices)
+    require(value in choices, field, value, f"must be one of {', '.join(map(str, choices))}")
+
+
+def close_matches(name: str, names: typing.Iterable[str]) -> str:
+    """A short 'did you mean' phrase for an unknown `name`."""
+    matches = difflib.get_close_matches(name, list(names), n=4, cutoff=0.5)
+    return f"; close matches: {', '.join(matches)}" if matches else ""
+
+
+def _convert(text: str, annotation: Any, field: str) -> Any:
+    """Parse the string form of a `--set key=value` override into the field's type."""
+    origin = typing.get_origin(annotation)
+    if annotation is bool:
+        lowered = text.lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        fail(field, text, "must be a boolean (true/false)")
+    if annotation in (int, float, str):
+        try:
+            value = annotation(float(text)) if annotation is int and "e" in text.lower() else annotation(text)
+        except ValueError:
+            fail(field, text, f"must be {annotation.__name__}")
+        if annotation is int and str(value) != text and float(text) != value:
+            fail(field, text, "must be an integer")
+        return value
+    if origin is typing.Literal:
+        choices = typing.get_args(annotation)
+        one_of(field, text, [str(c) for c in choices])
+        return next(c for c in choices if str(c) == text)
+    if origin is tuple:
+        (elem, *_rest) = typing.get_args(annotation)
+        parts = [p for p in text.strip("()[] ").split(",") if p.strip()]
+        return tuple(_convert(p.strip(), elem, field) for p in parts)
+    fail(field, text, f"cannot be set from the command line (type {annotation})")
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def override(config: C, overrides: Mapping[str, str]) -> C:
+    """Return `config` with string overrides applied (`--set key=value`); unknown keys are errors."""
+    hints = field_types(type(config))
+    names = [f.name for f in dataclasses.fields(config)]
+    values = {}
+    for key, text in overrides.items():
+        if key not in names:
+            raise ConfigError(
+                f"unknown field {key!r} for {type(config).__name__}{close_matches(key, names)}"
+            )
+        values[key] = _convert(text, hints[key], key)
+    return dataclasses.replace(config, **values)
+
+
+def parse_set(items: typing.Iterable[str]) -> dict[str, str]:
+    """Split `key=value` strings; a malformed item is an error."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        require(bool(sep) and bool(key), "--set", item, "must look like key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
+    hints = field_types(cls)
+    values = {k: tuple(v) if typing.get_origin(hints[k]) is tuple else v for k, v in data.items()}
+    return cls(**values)
+
+
+def dumps(config: Any) -> str:
+    return json.dumps(to_dict(config), indent=2, sort_keys=True)

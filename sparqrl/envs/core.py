@@ -1,0 +1,78 @@
+"""The one environment protocol every runner and algorithm uses.
+
+An `Env` is a set of pure functions over an explicit state, for a *single* environment; algorithms
+vmap it over their batch of environments. `step` auto-resets: when an episode ends, the returned
+observation and state already belong to the next episode, and the observation the episode ended
+on is returned as `final_obs`, so a time-limit truncation can bootstrap from it
+(target = r + gamma * V(final_obs) * (1 - terminated)).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple, Protocol, Union
+
+import jax
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Discrete:
+    """Actions 0..n-1 (int32)."""
+
+    n: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Box:
+    """Continuous actions of shape `shape`, each within [low, high]."""
+
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self.low),)
+
+    @classmethod
+    def make(cls, low: Any, high: Any, shape: tuple[int, ...]) -> "Box":
+        low = np.broadcast_to(np.asarray(low, np.float32), shape).reshape(-1)
+        high = np.broadcast_to(np.asarray(high, np.float32), shape).reshape(-1)
+        return cls(tuple(float(x) for x in low), tuple(float(x) for x in high))
+
+
+Space = Union[Discrete, Box]
+
+
+class StepOut(NamedTuple):
+    """What `Env.step` returns. Shapes are per environment; after vmap, a leading [B]."""
+
+    obs: jax.Array
+    state: Any
+    reward: jax.Array
+    terminated: jax.Array  # the episode truly ended: do not bootstrap
+    truncated: jax.Array  # cut by a time limit (and not terminated): bootstrap from final_obs
+    final_obs: jax.Array  # the observation the transition reached, before any auto-reset
+    info: dict[str, jax.Array]
+
+
+class Env(Protocol):
+    """A single auto-resetting environment as pure functions (jit- and vmap-safe)."""
+
+    name: str
+    observation_shape: tuple[int, ...]
+    action_space: Space
+    max_episode_steps: int
+
+    def reset(self, key: jax.Array) -> tuple[jax.Array, Any]: ...
+
+    def step(self, key: jax.Array, state: Any, action: jax.Array) -> StepOut: ...
+
+
+def is_discrete(env: Env) -> bool:
+    return isinstance(env.action_space, Discrete)
+
+
+def action_dim(env: Env) -> int:
+    space = env.action_space
+    return space.n if isinstance(space, Discrete) else space.shape[0]

@@ -1,0 +1,64 @@
+"""Adapter from gymnax 1.x (six-value step with separate terminated/truncated) to `Env`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import gymnax
+import jax
+import jax.numpy as jnp
+from gymnax.environments import spaces
+
+from sparqrl.envs.core import Box, Discrete, Space, StepOut
+
+
+def _space(space: Any) -> Space:
+    if isinstance(space, spaces.Discrete):
+        return Discrete(int(space.n))
+    if isinstance(space, spaces.Box):
+        return Box.make(space.low, space.high, tuple(space.shape))
+    raise ValueError(f"unsupported gymnax action space {space}")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GymnaxEnv:
+    """A gymnax environment with its default parameters bound."""
+
+    name: str
+    env: Any
+    params: Any
+    observation_shape: tuple[int, ...]
+    action_space: Space
+    max_episode_steps: int
+
+    def reset(self, key: jax.Array) -> tuple[jax.Array, Any]:
+        obs, state = self.env.reset(key, self.params)
+        return obs.astype(jnp.float32), state
+
+    def step(self, key: jax.Array, state: Any, action: jax.Array) -> StepOut:
+        obs, state, reward, terminated, truncated, info = self.env.step(key, state, action, self.params)
+        terminated = jnp.asarray(terminated, jnp.bool_)
+        # gymnax can flag both on the last allowed step of a terminating episode: termination wins.
+        truncated = jnp.logical_and(jnp.asarray(truncated, jnp.bool_), ~terminated)
+        return StepOut(
+            obs=obs.astype(jnp.float32),
+            state=state,
+            reward=jnp.asarray(reward, jnp.float32),
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=info["final_observation"].astype(jnp.float32),
+            info={},
+        )
+
+
+def make_gymnax(name: str) -> GymnaxEnv:
+    env, params = gymnax.make(name)
+    return GymnaxEnv(
+        name=name,
+        env=env,
+        params=params,
+        observation_shape=tuple(env.observation_space(params).shape),
+        action_space=_space(env.action_space(params)),
+        max_episode_steps=int(getattr(params, "max_steps_in_episode", 1000)),
+    )

@@ -1,0 +1,98 @@
+"""Flax modules. Orthogonal initialisation with gain sqrt(2) for hidden layers (PPO convention)."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import distrax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": nn.tanh, "relu": nn.relu}
+
+
+def dense(features: int, gain: float = float(np.sqrt(2.0))) -> nn.Dense:
+    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(gain), bias_init=nn.initializers.zeros)
+
+
+class MLP(nn.Module):
+    """Flattens all but the batch axes of the observation, then hidden Dense + activation layers."""
+
+    hidden: Sequence[int]
+    activation: str = "tanh"
+    obs_ndim: int = 1  # rank of one observation; extra leading axes are batch axes
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = x.reshape(x.shape[: x.ndim - self.obs_ndim] + (-1,))
+        for width in self.hidden:
+            x = ACTIVATIONS[self.activation](dense(width)(x))
+        return x
+
+
+class MinAtarCNN(nn.Module):
+    """Conv(16, 3x3) over a [..., 10, 10, C] grid, then the MLP (the MinAtar baseline network)."""
+
+    hidden: Sequence[int]
+    activation: str = "relu"
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        batch_shape = x.shape[:-3]
+        x = x.reshape((-1,) + x.shape[-3:])
+        x = ACTIVATIONS[self.activation](nn.Conv(16, (3, 3), kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)))(x))
+        x = x.reshape(batch_shape + (-1,))
+        return MLP(self.hidden, self.activation, obs_ndim=1)(x)
+
+
+Torso = MLP | MinAtarCNN
+
+
+def make_torso(obs_shape: tuple[int, ...], hidden: Sequence[int], activation: str) -> nn.Module:
+    """A CNN for image-like [H, W, C] observations, else an MLP."""
+    if len(obs_shape) == 3:
+        return MinAtarCNN(tuple(hidden), activation)
+    return MLP(tuple(hidden), activation, obs_ndim=len(obs_shape))
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic torsos (PureJaxRL PPO layout).
+
+    Returns (distribution, value [...]). Discrete: categorical over `action_dim` logits (head gain 0.01).
+    Continuous: diagonal Gaussian with state-independent log-std initialised to 0.
+    """
+
+    action_dim: int
+    discrete: bool
+    obs_shape: tuple[int, ...]
+    hidden: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[distrax.Distribution, jax.Array]:
+        actor = make_torso(self.obs_shape, self.hidden, self.activation)(obs)
+        out = dense(self.action_dim, gain=0.01)(actor)
+        if self.discrete:
+            dist = distrax.Categorical(logits=out)
+        else:
+            log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
+            dist = distrax.MultivariateNormalDiag(out, jnp.exp(log_std) * jnp.ones_like(out))
+        critic = make_torso(self.obs_shape, self.hidden, self.activation)(obs)
+        value = dense(1, gain=1.0)(critic)[..., 0]
+        return dist, value
+
+
+class QNetwork(nn.Module):
+    """Action values [..., n_actions] from an MLP or CNN torso."""
+
+    action_dim: int
+    obs_shape: tuple[int, ...]
+    hidden: Sequence[int] = (120, 84)
+    activation: str = "relu"
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        x = make_torso(self.obs_shape, self.hidden, self.activation)(obs)
+        return nn.Dense(self.action_dim)(x)
