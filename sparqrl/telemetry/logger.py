@@ -1,0 +1,72 @@
+"""Per-chunk metrics to `metrics.csv` (one row per chunk per seed) and TensorBoard (mean over seeds)."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+from tensorboardX import SummaryWriter
+
+FIRST_COLUMNS = ["chunk", "env_step", "seed", "wall_time_s", "episode_return", "episodes", "eval_return"]
+
+
+def _truncate_csv(path: Path, last_chunk: int) -> None:
+    """Keep only rows up to `last_chunk`: on resume, later rows are recomputed, never duplicated."""
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return
+    header, body = rows[0], rows[1:]
+    kept = [row for row in body if int(row[0]) <= last_chunk]
+    with path.open("w", newline="") as f:
+        csv.writer(f).writerows([header, *kept])
+
+
+class RunLogger:
+    """Writes `metrics.csv` and a TensorBoard event file in `out`.
+
+    `resume_chunk`: the chunk of the checkpoint a resumed run starts after; rows and events beyond it
+    (written before the interruption) are dropped, so the logs equal those of an uninterrupted run.
+    """
+
+    def __init__(self, out: Path, resume_chunk: int | None = None, resume_step: int | None = None):
+        self.csv_path = out / "metrics.csv"
+        if resume_chunk is not None and self.csv_path.exists():
+            _truncate_csv(self.csv_path, resume_chunk)
+        self._columns: list[str] | None = None
+        if self.csv_path.exists() and self.csv_path.stat().st_size > 0:
+            with self.csv_path.open(newline="") as f:
+                self._columns = next(csv.reader(f), None)
+        self._tb = SummaryWriter(str(out / "tensorboard"), purge_step=resume_step)
+
+    def log(self, chunk: int, env_step: int, wall_time_s: float, per_seed: dict[str, np.ndarray]) -> None:
+        """`per_seed`: metric name -> [seeds] values (NaN where a seed has no value this chunk)."""
+        seeds = len(next(iter(per_seed.values())))
+        if self._columns is None:
+            extra = sorted(k for k in per_seed if k not in FIRST_COLUMNS)
+            self._columns = FIRST_COLUMNS + extra
+            with self.csv_path.open("w", newline="") as f:
+                csv.writer(f).writerow(self._columns)
+        with self.csv_path.open("a", newline="") as f:
+            writer = csv.writer(f)
+            for seed in range(seeds):
+                fixed = {"chunk": chunk, "env_step": env_step, "seed": seed, "wall_time_s": round(wall_time_s, 3)}
+                row = [fixed[c] if c in fixed else _fmt(per_seed.get(c, [math.nan] * seeds)[seed]) for c in self._columns]
+                writer.writerow(row)
+        for name, values in per_seed.items():
+            values = np.asarray(values, np.float64)
+            if np.all(np.isnan(values)):
+                continue
+            group = "eval" if name.startswith("eval") else "train"
+            self._tb.add_scalar(f"{group}/{name}", float(np.nanmean(values)), env_step)
+        self._tb.flush()
+
+    def close(self) -> None:
+        self._tb.close()
+
+
+def _fmt(value: float) -> str:
+    value = float(value)
+    return "" if math.isnan(value) else f"{value:.6g}"
