@@ -2,8 +2,9 @@
 
 The host loop between chunks logs, draws the progress bar, evaluates and checkpoints; nothing else
 leaves the device. The chunk program is a `lax.while_loop` whose trip count is an argument, so
-chunks of any length share one compilation. With several devices, the seed axis is sharded over
-them (each seed is independent, so the program needs no communication).
+chunks of any length share one compilation. With several devices, the seed axis is split over them
+with `shard_map`: each device runs its own seeds, vmapped, and no collective is ever emitted (left to
+GSPMD, the sharded while-loop deadlocked on forced host devices).
 """
 
 from __future__ import annotations
@@ -98,6 +99,11 @@ def chunk_program(algo: Algorithm) -> Callable[[Any, jax.Array], tuple[Any, dict
     return jax.vmap(one_seed, in_axes=(0, None))
 
 
+def per_device(fn: Callable, sharding: NamedSharding, in_specs: tuple, out_specs: Any) -> Callable:
+    """Run `fn` (batched over a leading seed axis) on each device's own slice of the seeds."""
+    return jax.shard_map(fn, mesh=sharding.mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+
+
 def seed_sharding(seeds: int) -> NamedSharding:
     """Shard the seed axis over as many devices as divide the number of seeds."""
     devices = jax.devices()
@@ -131,17 +137,18 @@ class _Compiled:
 def _build(algo: Algorithm, env: Env, run: RunConfig, sharding: NamedSharding, keys: jax.Array) -> _Compiled:
     """Compile every program the run needs ahead of time, so compile time is measured apart."""
     start = time.perf_counter()
-    init = jax.jit(jax.vmap(algo.init), out_shardings=sharding).lower(keys).compile()
+    seeds, replicated = PartitionSpec("seeds"), PartitionSpec()
+    init = jax.jit(per_device(jax.vmap(algo.init), sharding, (seeds,), seeds)).lower(keys).compile()
     abstract = jax.eval_shape(jax.vmap(algo.init), keys)
     abstract = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), abstract)
-    chunk = jax.jit(chunk_program(algo), out_shardings=(sharding, sharding)).lower(abstract, jnp.int32(1)).compile()
+    chunk_fn = per_device(chunk_program(algo), sharding, (seeds, replicated), (seeds, seeds))
+    chunk = jax.jit(chunk_fn).lower(abstract, jnp.int32(1)).compile()
 
     def eval_all(state, keys):
         policy = jax.vmap(algo.policy)(state)
-        returns = jax.vmap(lambda p, k: evaluate(env, algo.act, p, k, run.eval_episodes))(policy, keys)
-        return returns
+        return jax.vmap(lambda p, k: evaluate(env, algo.act, p, k, run.eval_episodes))(policy, keys)
 
-    evaluate_c = jax.jit(eval_all).lower(abstract, keys).compile()
+    evaluate_c = jax.jit(per_device(eval_all, sharding, (seeds, seeds), seeds)).lower(abstract, keys).compile()
     return _Compiled(init, chunk, evaluate_c, time.perf_counter() - start)
 
 
@@ -201,6 +208,8 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
     steps_per_seed = algo.num_updates * algo.env_steps_per_update
 
     state = compiled.init(keys)
+    replicated = NamedSharding(sharding.mesh, PartitionSpec())
+    eval_keys_sharded = jax.device_put(eval_keys(run.seed, run.seeds), sharding)
     done_chunks, prior = 0, {"wall_time_s": 0.0, "compile_time_s": 0.0}
     if resume_meta is not None:
         state, meta = checkpointer.restore(abstract_like(state))
@@ -231,12 +240,13 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
             progress.update(task, completed=updates_done * algo.env_steps_per_update)
             for chunk in range(done_chunks, len(bounds)):
                 n = bounds[chunk] - updates_done
-                state, metrics = compiled.chunk(state, jnp.int32(n))
+                # the trip count must be placed like the compiled program expects it (replicated)
+                state, metrics = compiled.chunk(state, jax.device_put(jnp.int32(n), replicated))
                 per_seed = {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
                 updates_done = bounds[chunk]
                 is_last = chunk == len(bounds) - 1
                 if is_last or (run.eval_every and (chunk + 1) % run.eval_every == 0):
-                    eval_returns = np.asarray(compiled.evaluate(state, eval_keys(run.seed, run.seeds)))
+                    eval_returns = np.asarray(compiled.evaluate(state, eval_keys_sharded))
                     per_seed["eval_return"] = eval_returns.mean(axis=1)
                 env_step = updates_done * algo.env_steps_per_update
                 logger.log(chunk + 1, env_step, elapsed(), per_seed)
@@ -266,7 +276,7 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
         checkpointer.close()
 
     if eval_returns is None:  # resumed a run that had already finished
-        eval_returns = np.asarray(compiled.evaluate(state, eval_keys(run.seed, run.seeds)))
+        eval_returns = np.asarray(compiled.evaluate(state, eval_keys_sharded))
     wall = elapsed()
     final = eval_returns.mean(axis=1)
     total_steps = steps_per_seed * run.seeds

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Creates the peer's environment for the benchmarks: Stable-Baselines3 on CPU PyTorch, in its own
+# venv (.bench-venv, gitignored) so that torch and SB3's gymnasium pin never clash with sparqrl's.
+#
+#   bash benchmarks/setup_peer.sh            # idempotent: a second run only checks the versions
+#
+# torch is installed FIRST and pinned, from the CPU wheel: a plain `pip install torch` (or letting
+# SB3 pull it) would fetch the multi-GB CUDA build.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${BENCH_VENV:-$ROOT/.bench-venv}"
+PYTHON="${PYTHON:-python3.11}"
+
+TORCH_VERSION="2.13.0"
+SB3_VERSION="2.9.2"
+
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    PYTHON=python3
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "creating $VENV with $($PYTHON -V)"
+    "$PYTHON" -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+
+have() {  # have PACKAGE VERSION-PREFIX: the installed version starts with it
+    "$PY" - "$1" "$2" <<'EOF' 2>/dev/null
+import sys
+from importlib.metadata import version
+sys.exit(0 if version(sys.argv[1]).startswith(sys.argv[2]) else 1)
+EOF
+}
+
+if ! have torch "$TORCH_VERSION"; then
+    # The CPU wheel is `torch-2.13.0+cpu`; the PyTorch CPU index serves it too where reachable.
+    "$PY" -m pip install --quiet "torch==${TORCH_VERSION}+cpu" \
+        || "$PY" -m pip install --quiet "torch==${TORCH_VERSION}" \
+              --index-url https://download.pytorch.org/whl/cpu
+fi
+
+if ! have stable-baselines3 "$SB3_VERSION" || ! "$PY" -c "import gymnasium" 2>/dev/null; then
+    # Keep the torch already there: SB3 accepts it, and re-resolving could swap in a CUDA build.
+    "$PY" -m pip install --quiet "stable-baselines3==${SB3_VERSION}" gymnasium "torch==${TORCH_VERSION}+cpu"
+fi
+
+"$PY" - <<'EOF'
+import gymnasium, stable_baselines3, torch
+print(f"peer venv ok: stable-baselines3 {stable_baselines3.__version__}, torch {torch.__version__} "
+      f"(cuda build: {torch.version.cuda is not None}), gymnasium {gymnasium.__version__}")
+EOF

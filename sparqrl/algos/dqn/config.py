@@ -1,0 +1,156 @@
+"""DQN configuration. Defaults are PureJaxRL's `dqn.py` (CartPole-v1), with its quirks removed.
+
+Every interval and threshold counts *environment steps* summed over all parallel environments, and
+means what it says: `train_interval=10` is one gradient step per 10 env steps whatever `num_envs` is
+(PureJaxRL's test `timesteps % TRAINING_INTERVAL == 0` was always true with NUM_ENVS=10).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal, get_args
+
+from sparqrl.config import fail, in_unit_interval, one_of, positive, require
+from sparqrl.envs import Env, is_discrete
+
+# Kept as a Literal here (not imported from sparqrl.nets) so that reading the config, e.g. for the
+# CLI's help, does not import flax and distrax. The names are keys of `sparqrl.nets.modules.ACTIVATIONS`.
+Activation = Literal["relu", "tanh"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Deep Q-Network (Mnih et al. 2015), optionally Double DQN (van Hasselt et al. 2016)."""
+
+    total_timesteps: int = 500_000
+    """Environment steps to train for, summed over all parallel environments."""
+
+    num_envs: int = 10
+    """Parallel environments; each update steps every one of them once."""
+
+    buffer_size: int = 10_000
+    """Replay buffer capacity in transitions (oldest overwritten first)."""
+
+    batch_size: int = 128
+    """Transitions per gradient step, drawn uniformly with replacement from the buffer."""
+
+    lr: float = 2.5e-4
+    """Adam learning rate."""
+
+    anneal_lr: bool = False
+    """Decay the learning rate linearly to 0 over the run's gradient steps."""
+
+    epsilon_start: float = 1.0
+    """Exploration probability at the first env step (epsilon-greedy)."""
+
+    epsilon_finish: float = 0.05
+    """Exploration probability after `epsilon_anneal_time` env steps."""
+
+    epsilon_anneal_time: int = 250_000
+    """Env steps over which epsilon goes linearly from `epsilon_start` to `epsilon_finish`."""
+
+    target_update_interval: int = 500
+    """Env steps between target-network updates (counted only once learning has started)."""
+
+    tau: float = 1.0
+    """Target update rate: 1 copies the online network (hard update), < 1 is Polyak averaging."""
+
+    learning_starts: int = 10_000
+    """Env steps collected before the first gradient step (at least `batch_size` are always waited for)."""
+
+    train_interval: int = 10
+    """Env steps between gradient steps (10 with 10 envs: one gradient step per update)."""
+
+    gamma: float = 0.99
+    """Discount factor."""
+
+    double_dqn: bool = False
+    """Double DQN: the online network picks the next action, the target network values it."""
+
+    hidden: tuple[int, ...] = (120, 84)
+    """Widths of the Q-network's hidden layers."""
+
+    activation: Activation = "relu"
+    """Hidden-layer activation."""
+
+    max_grad_norm: float = 10.0
+    """Clip gradients to this global norm; 0 turns clipping off."""
+
+    # ---- derived values -------------------------------------------------------------------
+
+    @property
+    def env_steps_per_update(self) -> int:
+        """One update steps every environment once."""
+        return self.num_envs
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_timesteps // self.num_envs
+
+    @property
+    def learning_start_step(self) -> int:
+        """Env steps after which gradient steps begin (the buffer must hold a full batch)."""
+        return max(self.learning_starts, self.batch_size)
+
+    @property
+    def max_gradient_steps_per_update(self) -> int:
+        """At most this many gradient steps fall into one update of `num_envs` env steps."""
+        return -(-self.num_envs // self.train_interval)
+
+    @property
+    def num_gradient_steps(self) -> int:
+        """Gradient steps over the whole run (exact; used for learning-rate annealing).
+
+        Update u (0-based) ends at env step (u+1)·N and takes (u+1)·N // I − u·N // I gradient steps
+        once (u+1)·N ≥ learning_start_step; the sum over updates telescopes.
+        """
+        n, interval = self.num_envs, self.train_interval
+        first = max(-(-self.learning_start_step // n) - 1, 0)  # first update that learns
+        if first >= self.num_updates:
+            return 0
+        return (self.num_updates * n) // interval - (first * n) // interval
+
+    # ---- checks ---------------------------------------------------------------------------
+
+    def validate(self, env: Env | None = None) -> "Config":
+        """Raise a `ConfigError` naming the field, its value and what is allowed; return self."""
+        for name in (
+            "total_timesteps", "num_envs", "buffer_size", "batch_size", "lr", "epsilon_anneal_time",
+            "target_update_interval", "train_interval",
+        ):
+            require(isinstance(getattr(self, name), (int, float)), name, getattr(self, name), "must be a number")
+            positive(name, getattr(self, name))
+        require(self.learning_starts >= 0, "learning_starts", self.learning_starts, "must be >= 0")
+        require(
+            self.total_timesteps >= self.num_envs, "total_timesteps", self.total_timesteps,
+            f"must be >= num_envs ({self.num_envs}) for at least one update",
+        )
+        require(
+            self.batch_size <= self.buffer_size, "batch_size", self.batch_size,
+            f"must be <= buffer_size ({self.buffer_size})",
+        )
+        require(
+            self.num_envs <= self.buffer_size, "num_envs", self.num_envs,
+            f"must be <= buffer_size ({self.buffer_size}): one update adds num_envs transitions",
+        )
+        require(
+            self.learning_starts <= self.total_timesteps, "learning_starts", self.learning_starts,
+            f"must be <= total_timesteps ({self.total_timesteps})",
+        )
+        in_unit_interval("epsilon_start", self.epsilon_start)
+        in_unit_interval("epsilon_finish", self.epsilon_finish)
+        in_unit_interval("gamma", self.gamma)
+        require(0.0 < self.tau <= 1.0, "tau", self.tau, "must be in (0, 1]")
+        require(self.max_grad_norm >= 0, "max_grad_norm", self.max_grad_norm, "must be >= 0 (0 = no clipping)")
+        require(
+            len(self.hidden) > 0 and all(isinstance(w, int) and w > 0 for w in self.hidden),
+            "hidden", self.hidden, "must be a non-empty tuple of positive ints",
+        )
+        one_of("activation", self.activation, get_args(Activation))
+        if env is not None and not is_discrete(env):
+            fail(
+                "env", env.name,
+                f"dqn needs a discrete action space; env {env.name} has "
+                f"{type(env.action_space).__name__} actions",
+            )
+        return self

@@ -1,0 +1,126 @@
+"""PPO configuration. Defaults are PureJaxRL's CartPole-v1 settings (`ppo.py`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Any, Literal
+
+from sparqrl.config import one_of, positive, require
+from sparqrl.envs import Box, Discrete
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Proximal Policy Optimization (Schulman et al. 2017, arXiv 1707.06347), PureJaxRL style."""
+
+    total_timesteps: int = 500_000
+    """Environment steps in the whole run, summed over the parallel environments of one seed."""
+
+    num_envs: int = 4
+    """Parallel environments per seed (vmapped on device)."""
+
+    num_steps: int = 128
+    """Steps each environment takes per rollout; one update learns from num_envs * num_steps transitions."""
+
+    lr: float = 2.5e-4
+    """Adam learning rate (the start value when anneal_lr is on)."""
+
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over all optimizer steps of the run."""
+
+    update_epochs: int = 4
+    """Passes over each rollout batch."""
+
+    num_minibatches: int = 4
+    """Minibatches per epoch; the rollout batch is shuffled and split into this many parts."""
+
+    gamma: float = 0.99
+    """Discount factor."""
+
+    gae_lambda: float = 0.95
+    """GAE lambda (0: one-step TD advantage, 1: Monte Carlo advantage)."""
+
+    clip_eps: float = 0.2
+    """Clipping range of the probability ratio (and of the value change when clip_value is on)."""
+
+    clip_value: bool = True
+    """Clip the value loss: 0.5 * max((v - t)^2, (v_old + clip(v - v_old, +-clip_eps) - t)^2)."""
+
+    ent_coef: float = 0.01
+    """Weight of the entropy bonus in the loss."""
+
+    vf_coef: float = 0.5
+    """Weight of the value loss in the loss."""
+
+    max_grad_norm: float = 0.5
+    """Gradients are clipped to this global norm before Adam."""
+
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the actor and of the critic (separate networks)."""
+
+    activation: Literal["tanh", "relu"] = "tanh"
+    """Hidden-layer activation."""
+
+    normalize_obs: bool = False
+    """Normalise observations by running mean and variance (kept in the agent state, saved with the policy)."""
+
+    normalize_reward: bool = False
+    """Divide rewards by the running standard deviation of the discounted return (mean not subtracted)."""
+
+    @property
+    def batch_size(self) -> int:
+        """Transitions per update."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def num_updates(self) -> int:
+        """Rollout-and-learn iterations in the run (leftover steps below one batch are not run)."""
+        return self.total_timesteps // self.batch_size
+
+    @property
+    def num_optimizer_steps(self) -> int:
+        return self.num_updates * self.update_epochs * self.num_minibatches
+
+    def validate(self, env: Any) -> None:
+        """Raise `ConfigError` for a bad value; runs on the host, before anything is traced."""
+        for name in ("total_timesteps", "num_envs", "num_steps", "update_epochs", "num_minibatches"):
+            value = getattr(self, name)
+            require(isinstance(value, numbers.Integral) and not isinstance(value, bool), name, value, "must be an integer")
+            positive(name, value)
+        positive("lr", self.lr)
+        require(
+            self.total_timesteps >= self.batch_size,
+            "total_timesteps",
+            self.total_timesteps,
+            f"must be at least one batch, num_envs * num_steps = {self.batch_size}",
+        )
+        require(
+            self.batch_size % self.num_minibatches == 0,
+            "num_minibatches",
+            self.num_minibatches,
+            f"must divide the batch size num_envs * num_steps = {self.batch_size}",
+        )
+        require(0.0 <= self.gamma <= 1.0, "gamma", self.gamma, "must be in [0, 1]")
+        require(0.0 <= self.gae_lambda <= 1.0, "gae_lambda", self.gae_lambda, "must be in [0, 1]")
+        positive("clip_eps", self.clip_eps)
+        for name in ("ent_coef", "vf_coef"):
+            require(getattr(self, name) >= 0.0, name, getattr(self, name), "must be >= 0")
+        positive("max_grad_norm", self.max_grad_norm)
+        require(
+            len(self.hidden) > 0 and all(isinstance(w, int) and w > 0 for w in self.hidden),
+            "hidden",
+            self.hidden,
+            "must be a non-empty tuple of positive layer widths",
+        )
+        one_of("activation", self.activation, ("tanh", "relu"))
+        require(
+            isinstance(env.action_space, (Discrete, Box)),
+            "env",
+            getattr(env, "name", env),
+            "PPO needs a Discrete or Box action space",
+        )

@@ -1,0 +1,284 @@
+"""PPO as an `Algorithm`: one update = a rollout of `num_steps` in `num_envs` envs, GAE, minibatch SGD.
+
+The layout follows PureJaxRL's `ppo.py` (separate actor and critic MLPs, Adam with eps 1e-5 after
+global-norm clipping, advantages normalised per minibatch), with two corrections: time-limit
+truncation bootstraps from V(final_obs) instead of being treated as termination, and observation /
+reward normalisation live in the agent state rather than in environment wrappers, so the saved
+policy (`policy(state)`) carries the observation statistics it was trained with.
+
+Everything here is for ONE seed; `jax.vmap(make_train(config, env))(keys)` runs many.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from sparqrl.algos.base import Algorithm, episode_metrics, make_train_fn
+from sparqrl.algos.ppo.config import Config
+from sparqrl.algos.ppo.losses import LossInfo, gae, ppo_loss
+from sparqrl.envs import (
+    Env,
+    RunningStats,
+    action_dim,
+    is_discrete,
+    normalize,
+    running_stats_init,
+    running_stats_update,
+)
+from sparqrl.nets import ActorCritic
+
+
+class PPOState(NamedTuple):
+    """Training state of one seed. The normaliser fields are None when that normalisation is off."""
+
+    params: Any
+    opt_state: optax.OptState
+    env_state: Any  # [num_envs] pytree
+    obs: jax.Array  # [num_envs, *obs_shape], raw (unnormalised) observations the envs are in
+    key: jax.Array
+    obs_stats: RunningStats | None  # running mean/var of observations
+    return_stats: RunningStats | None  # running mean/var of the discounted return (reward scaling)
+    discounted_return: jax.Array | None  # [num_envs] discounted return of the running episodes
+
+
+class PolicyParams(NamedTuple):
+    """What the deterministic policy needs: network parameters and the observation statistics."""
+
+    params: Any
+    obs_stats: RunningStats | None
+
+
+class Transition(NamedTuple):
+    """One rollout step of every env; after the scan each field has leading axes [T, B]."""
+
+    obs: jax.Array  # normalised observation the action was taken in
+    action: jax.Array  # the raw sample (continuous: before clipping to the action bounds)
+    log_prob: jax.Array
+    value: jax.Array
+    reward: jax.Array  # scaled reward when normalize_reward
+    terminated: jax.Array
+    done: jax.Array  # terminated | truncated
+    final_obs: jax.Array  # normalised observation reached before any auto-reset (for bootstrapping)
+    info: dict[str, jax.Array]
+
+
+class Batch(NamedTuple):
+    """The learning batch; [N, ...] after flattening time and envs."""
+
+    obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    value: jax.Array
+    advantages: jax.Array
+    targets: jax.Array
+
+
+class Learner(NamedTuple):
+    """The part of the state that SGD changes."""
+
+    params: Any
+    opt_state: optax.OptState
+
+
+def _sequential_under_vmap(fn):
+    """`fn(key)` that, when vmapped, runs once per key in a `lax.map` instead of as one batched program.
+
+    Why: Flax's orthogonal initialiser calls LAPACK QR. Batched (vmapped over seeds), jaxlib 0.10's CPU
+    QR kernel splits the batch over XLA's intra-op thread pool and blocks a pool thread until the parts
+    finish; two such QRs running at once (actor and critic) can take every thread of a small pool and
+    wait on each other forever (seen on a 2-core machine, most runs of a vmapped init). One QR per
+    map iteration never splits. Initialisation is a negligible part of a run, so the loop costs nothing.
+    """
+    wrapped = jax.custom_batching.custom_vmap(fn)
+
+    @wrapped.def_vmap
+    def _rule(axis_size: int, in_batched: list[bool], key: jax.Array):
+        del axis_size
+        out = jax.lax.map(wrapped, key) if in_batched[0] else wrapped(key)
+        return out, jax.tree.map(lambda _: in_batched[0], out)
+
+    return wrapped
+
+
+def make_algorithm(config: Config, env: Env) -> Algorithm:
+    """PPO over `env` (Discrete or Box actions). Raises `ConfigError` before tracing on a bad config."""
+    config.validate(env)
+    discrete = is_discrete(env)
+    network = ActorCritic(
+        action_dim=action_dim(env),
+        discrete=discrete,
+        obs_shape=tuple(env.observation_shape),
+        hidden=tuple(config.hidden),
+        activation=config.activation,
+    )
+    learning_rate = (
+        optax.linear_schedule(config.lr, 0.0, config.num_optimizer_steps) if config.anneal_lr else config.lr
+    )
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm),
+        optax.adam(learning_rate, eps=1e-5),
+    )
+    if not discrete:
+        action_low = np.asarray(env.action_space.low, np.float32)
+        action_high = np.asarray(env.action_space.high, np.float32)
+
+    init_params = _sequential_under_vmap(
+        lambda key: network.init(key, jnp.zeros((1, *env.observation_shape), jnp.float32))
+    )
+
+    def observe(obs_stats: RunningStats | None, obs: jax.Array) -> jax.Array:
+        return obs if obs_stats is None else normalize(obs_stats, obs)
+
+    def env_action(action: jax.Array) -> jax.Array:
+        # The Gaussian sample is kept raw for the log-probability; only the env sees it clipped.
+        return action if discrete else jnp.clip(action, action_low, action_high)
+
+    def init(key: jax.Array) -> PPOState:
+        key, params_key, reset_key = jax.random.split(key, 3)
+        obs, env_state = jax.vmap(env.reset)(jax.random.split(reset_key, config.num_envs))
+        obs = obs.astype(jnp.float32)
+        params = init_params(params_key)
+        obs_stats = None
+        if config.normalize_obs:
+            obs_stats = running_stats_update(running_stats_init(tuple(env.observation_shape)), obs)
+        return_stats = discounted_return = None
+        if config.normalize_reward:
+            return_stats = running_stats_init(())
+            discounted_return = jnp.zeros((config.num_envs,), jnp.float32)
+        return PPOState(
+            params=params,
+            opt_state=optimizer.init(params),
+            env_state=env_state,
+            obs=obs,
+            key=key,
+            obs_stats=obs_stats,
+            return_stats=return_stats,
+            discounted_return=discounted_return,
+        )
+
+    def rollout_step(state: PPOState, key: jax.Array) -> tuple[PPOState, Transition]:
+        act_key, env_key = jax.random.split(key)
+        obs = observe(state.obs_stats, state.obs)
+        dist, value = network.apply(state.params, obs)
+        action = dist.sample(seed=act_key)
+        log_prob = dist.log_prob(action)
+        out = jax.vmap(env.step)(jax.random.split(env_key, config.num_envs), state.env_state, env_action(action))
+        done = jnp.logical_or(out.terminated, out.truncated)
+        next_obs = out.obs.astype(jnp.float32)
+
+        obs_stats = state.obs_stats
+        if obs_stats is not None:
+            obs_stats = running_stats_update(obs_stats, next_obs)
+        reward = out.reward.astype(jnp.float32)
+        return_stats, discounted_return = state.return_stats, state.discounted_return
+        if return_stats is not None:
+            # Scale by the std of the discounted return G <- gamma * G + r (no mean subtracted, so the
+            # sign of rewards is kept); G restarts after each episode end.
+            discounted_return = config.gamma * discounted_return + reward
+            return_stats = running_stats_update(return_stats, discounted_return)
+            reward = reward / jnp.sqrt(return_stats.var + 1e-8)
+            discounted_return = jnp.where(done, 0.0, discounted_return)
+
+        transition = Transition(
+            obs=obs,
+            action=action,
+            log_prob=log_prob,
+            value=value,
+            reward=reward,
+            terminated=out.terminated,
+            done=done,
+            final_obs=observe(obs_stats, out.final_obs.astype(jnp.float32)),
+            info=out.info,
+        )
+        state = state._replace(
+            env_state=out.state,
+            obs=next_obs,
+            obs_stats=obs_stats,
+            return_stats=return_stats,
+            discounted_return=discounted_return,
+        )
+        return state, transition
+
+    def loss_fn(params: Any, batch: Batch) -> tuple[jax.Array, LossInfo]:
+        dist, values = network.apply(params, batch.obs)
+        return ppo_loss(
+            dist.log_prob(batch.action),
+            batch.log_prob,
+            batch.advantages,
+            values,
+            batch.value,
+            batch.targets,
+            dist.entropy(),
+            clip_eps=config.clip_eps,
+            clip_value=config.clip_value,
+            vf_coef=config.vf_coef,
+            ent_coef=config.ent_coef,
+        )
+
+    def sgd_step(learner: Learner, minibatch: Batch) -> tuple[Learner, LossInfo]:
+        grads, info = jax.grad(loss_fn, has_aux=True)(learner.params, minibatch)
+        updates, opt_state = optimizer.update(grads, learner.opt_state, learner.params)
+        return Learner(optax.apply_updates(learner.params, updates), opt_state), info
+
+    def make_epoch(batch: Batch):
+        def epoch(learner: Learner, key: jax.Array) -> tuple[Learner, LossInfo]:
+            permutation = jax.random.permutation(key, config.batch_size)
+            minibatches = jax.tree.map(
+                lambda x: x[permutation].reshape((config.num_minibatches, config.minibatch_size, *x.shape[1:])),
+                batch,
+            )
+            return jax.lax.scan(sgd_step, learner, minibatches)
+
+        return epoch
+
+    def update(state: PPOState) -> tuple[PPOState, dict[str, jax.Array]]:
+        key, rollout_key, epoch_key = jax.random.split(state.key, 3)
+        state, traj = jax.lax.scan(
+            rollout_step, state._replace(key=key), jax.random.split(rollout_key, config.num_steps)
+        )
+        # V(final_obs_t) for every step: equals V(obs_{t+1}) unless the episode ended at t.
+        _, next_values = network.apply(state.params, traj.final_obs)
+        advantages, targets = gae(
+            traj.reward, traj.value, next_values, traj.terminated, traj.done, config.gamma, config.gae_lambda
+        )
+        batch = Batch(traj.obs, traj.action, traj.log_prob, traj.value, advantages, targets)
+        batch = jax.tree.map(lambda x: x.reshape((config.batch_size, *x.shape[2:])), batch)
+        learner, infos = jax.lax.scan(
+            make_epoch(batch),
+            Learner(state.params, state.opt_state),
+            jax.random.split(epoch_key, config.update_epochs),
+        )
+        state = state._replace(params=learner.params, opt_state=learner.opt_state)
+        metrics = episode_metrics(traj.info)
+        metrics.update({name: jnp.mean(value) for name, value in infos._asdict().items()})
+        return state, metrics
+
+    def policy(state: PPOState) -> PolicyParams:
+        return PolicyParams(state.params, state.obs_stats)
+
+    def act(policy_params: PolicyParams, obs: jax.Array, key: jax.Array) -> jax.Array:
+        """Deterministic action for ONE observation: argmax of the logits, or the clipped mean."""
+        del key  # deterministic
+        dist, _ = network.apply(policy_params.params, observe(policy_params.obs_stats, obs.astype(jnp.float32)))
+        if discrete:
+            return jnp.argmax(dist.logits, axis=-1).astype(jnp.int32)
+        return env_action(dist.mean())
+
+    return Algorithm(
+        init=init,
+        update=update,
+        policy=policy,
+        act=act,
+        env_steps_per_update=config.batch_size,
+        num_updates=config.num_updates,
+    )
+
+
+def make_train(config: Config, env: Env):
+    """`train(key) -> (PPOState, metrics [num_updates])`, jittable and vmappable over keys."""
+    return make_train_fn(make_algorithm(config, env))

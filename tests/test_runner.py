@@ -1,0 +1,136 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from sparqrl.algos import dqn, ppo
+from sparqrl.config import ConfigError
+from sparqrl.runners import RunConfig, RunInterrupted, resume, train
+from sparqrl.runners.anakin import chunk_bounds, load_state
+
+SUMMARY_KEYS = {
+    "algo", "env", "steps", "seeds", "final_return_mean", "final_return_std", "wall_time_s",
+    "env_steps_per_s", "compile_time_s", "device",
+}
+
+SMALL = {
+    "ppo": ppo.Config(total_timesteps=6 * 512),
+    "dqn": dqn.Config(total_timesteps=3000, learning_starts=500, buffer_size=1000, batch_size=32,
+                      epsilon_anneal_time=2000, target_update_interval=100),
+}
+
+
+def small_run(out: Path, **kw) -> RunConfig:
+    base = dict(env="CartPole-v1", seeds=2, out=str(out), chunks=6, checkpoint_every=1, eval_every=2,
+                eval_episodes=3, progress=False)
+    return RunConfig(**{**base, **kw})
+
+
+def test_chunk_bounds_cover_all_updates():
+    assert chunk_bounds(10, 3) == [3, 7, 10]
+    assert chunk_bounds(2, 5) == [1, 2]
+    b = chunk_bounds(976, 50)
+    assert b[-1] == 976 and len(b) == 50 and all(x < y for x, y in zip(b, b[1:]))
+
+
+def test_run_leaves_everything_behind(tmp_path):
+    summary = train("ppo", SMALL["ppo"], small_run(tmp_path / "run"))
+    out = tmp_path / "run"
+    for name in ("summary.json", "metrics.csv", "returns.png", "config.json", "checkpoint"):
+        assert (out / name).exists(), name
+    assert any((out / "tensorboard").glob("events.out.tfevents.*"))
+    saved = json.loads((out / "summary.json").read_text())
+    assert SUMMARY_KEYS <= set(saved) and saved == json.loads(json.dumps(summary))
+    assert saved["steps"] == 6 * 512 and saved["seeds"] == 2
+    lines = (out / "metrics.csv").read_text().strip().splitlines()
+    assert len(lines) == 1 + 6 * 2  # header + one row per chunk per seed
+    assert "episode_return" in lines[0] and "eval_return" in lines[0]
+
+
+def test_existing_output_is_not_overwritten(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "summary.json").write_text("precious")
+    with pytest.raises(ConfigError, match="out=.*--overwrite"):
+        train("ppo", SMALL["ppo"], small_run(out))
+    assert (out / "summary.json").read_text() == "precious"
+
+
+def _interrupt_at(chunk):
+    def hook(done):
+        if done == chunk:
+            raise KeyboardInterrupt
+
+    return hook
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_resume_equals_uninterrupted_run(tmp_path, algo):
+    whole = train(algo, SMALL[algo], small_run(tmp_path / "whole"))
+    with pytest.raises(RunInterrupted, match="--resume"):
+        train(algo, SMALL[algo], small_run(tmp_path / "cut", checkpoint_every=2), on_chunk=_interrupt_at(3))
+    resumed = resume(tmp_path / "cut")
+    assert resumed["final_return_per_seed"] == whole["final_return_per_seed"]
+    state_a = load_state(tmp_path / "whole")[-1]
+    state_b = load_state(tmp_path / "cut")[-1]
+    for a, b in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+    def rows(name):  # every metric of every chunk and seed, wall time left out
+        lines = (tmp_path / name / "metrics.csv").read_text().strip().splitlines()
+        return [line.split(",")[:3] + line.split(",")[4:] for line in lines]
+
+    assert rows("cut") == rows("whole")
+
+
+def test_seeds_are_sharded_over_devices(tmp_path):
+    """With two host devices the seed axis is split over both, and the numbers do not change."""
+    code = (
+        "import json, sys\n"
+        "from sparqrl.algos import ppo\n"
+        "from sparqrl.runners import RunConfig, train\n"
+        "s = train('ppo', ppo.Config(total_timesteps=4*512), RunConfig(seeds=4, out=sys.argv[1], chunks=2,"
+        " eval_episodes=2, progress=False))\n"
+        "print(json.dumps(s))\n"
+    )
+    results = {}
+    for devices in (1, 2):
+        env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
+        proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / f"d{devices}")], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        results[devices] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert results[1]["devices_used"] == 1 and results[2]["devices_used"] == 2
+    np.testing.assert_allclose(results[1]["final_return_per_seed"], results[2]["final_return_per_seed"], rtol=1e-5)
+
+
+def test_ctrl_c_leaves_a_resumable_run(tmp_path):
+    """A real SIGINT to the command line: exit 130, a checkpoint, and `--resume` finishes the run."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "sparqrl.cli", "train", "ppo", "--steps", str(200 * 512), "--out", str(out),
+           "--chunks", "200", "--checkpoint-every", "1000", "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = out / "metrics.csv"
+    import time
+
+    deadline = time.time() + 300
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 3):
+        time.sleep(0.2)
+    proc.send_signal(2)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "--resume" in err
+    assert any((out / "checkpoint").iterdir())
+    assert not (out / "summary.json").exists()
+    done = subprocess.run([sys.executable, "-m", "sparqrl.cli", "train", "--resume", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 200 * 512
+    chunks = [int(line.split(",")[0]) for line in metrics.read_text().strip().splitlines()[1:]]
+    assert chunks == list(range(1, 201))
