@@ -1,0 +1,318 @@
+"""PPO: the math against NumPy loops, config checks, determinism, and (slow) learning tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sparqrl.algos import base, ppo
+from sparqrl.config import ConfigError
+from sparqrl.envs import make_env
+
+# ---------------------------------------------------------------------------------------------------
+# GAE
+
+
+def gae_reference(rewards, values, next_values, terminated, truncated, gamma, lam):
+    """Plain loop: bootstrap from next_values unless terminated; restart the trace at every episode end."""
+    T, B = rewards.shape
+    advantages = np.zeros((T, B), np.float64)
+    for b in range(B):
+        running = 0.0
+        for t in reversed(range(T)):
+            bootstrap = 0.0 if terminated[t, b] else gamma * next_values[t, b]
+            delta = rewards[t, b] + bootstrap - values[t, b]
+            episode_ends = terminated[t, b] or truncated[t, b]
+            running = delta + (0.0 if episode_ends else gamma * lam * running)
+            advantages[t, b] = running
+    return advantages, advantages + values
+
+
+def random_rollout(rng, T=24, B=5):
+    rewards = rng.normal(size=(T, B)).astype(np.float32)
+    values = rng.normal(size=(T, B)).astype(np.float32)
+    next_values = rng.normal(size=(T, B)).astype(np.float32)
+    terminated = rng.random((T, B)) < 0.15
+    truncated = (rng.random((T, B)) < 0.15) & ~terminated
+    # Make sure both kinds of episode end are present.
+    terminated[3, 0], truncated[3, 0] = True, False
+    terminated[5, -1], truncated[5, -1] = False, True
+    return rewards, values, next_values, terminated, truncated
+
+
+def call_gae(rewards, values, next_values, terminated, truncated, gamma, lam):
+    return ppo.gae(rewards, values, next_values, terminated, terminated | truncated, gamma, lam)
+
+
+@pytest.mark.parametrize("gamma,lam", [(0.99, 0.95), (0.9, 1.0), (1.0, 0.0)])
+def test_gae_matches_numpy_loop(gamma, lam):
+    data = random_rollout(np.random.default_rng(0))
+    expected_adv, expected_targets = gae_reference(*data, gamma, lam)
+    adv, targets = call_gae(*map(jnp.asarray, data), gamma, lam)
+    np.testing.assert_allclose(adv, expected_adv, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(targets, expected_targets, rtol=1e-5, atol=1e-5)
+
+
+def test_gae_truncation_bootstraps_and_termination_does_not():
+    # One step, two envs: env 0 terminated, env 1 truncated; lambda irrelevant for T = 1.
+    rewards = jnp.array([[1.0, 1.0]])
+    values = jnp.array([[0.5, 0.5]])
+    next_values = jnp.array([[10.0, 10.0]])
+    terminated = jnp.array([[True, False]])
+    done = jnp.array([[True, True]])
+    adv, _ = ppo.gae(rewards, values, next_values, terminated, done, 0.9, 0.95)
+    np.testing.assert_allclose(adv, [[1.0 - 0.5, 1.0 + 0.9 * 10.0 - 0.5]], rtol=1e-6)
+
+
+def test_gae_does_not_leak_across_episode_ends():
+    # The advantage at an episode's last step must not depend on what follows it.
+    rng = np.random.default_rng(1)
+    rewards, values, next_values, terminated, truncated = random_rollout(rng, T=8, B=1)
+    terminated[:], truncated[:] = False, False
+    truncated[3, 0] = True
+    adv_a, _ = call_gae(*map(jnp.asarray, (rewards, values, next_values, terminated, truncated)), 0.99, 0.95)
+    rewards[4:] += 100.0
+    adv_b, _ = call_gae(*map(jnp.asarray, (rewards, values, next_values, terminated, truncated)), 0.99, 0.95)
+    np.testing.assert_allclose(adv_a[:4], adv_b[:4], rtol=1e-6)
+
+
+def test_gae_jit_and_vmap():
+    rng = np.random.default_rng(2)
+    batches = [random_rollout(rng) for _ in range(3)]
+    stacked = [jnp.asarray(np.stack(field)) for field in zip(*batches)]
+    gammas = jnp.array([0.99, 0.9, 0.5])
+    adv, targets = jax.jit(jax.vmap(call_gae, in_axes=(0, 0, 0, 0, 0, 0, None)))(*stacked, gammas, 0.95)
+    for i, data in enumerate(batches):
+        expected_adv, expected_targets = gae_reference(*data, float(gammas[i]), 0.95)
+        np.testing.assert_allclose(adv[i], expected_adv, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(targets[i], expected_targets, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Losses
+
+
+def policy_loss_reference(log_prob, old_log_prob, advantages, eps):
+    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    total = 0.0
+    for lp, olp, a in zip(log_prob, old_log_prob, advantages):
+        ratio = np.exp(lp - olp)
+        total += min(ratio * a, np.clip(ratio, 1 - eps, 1 + eps) * a)
+    return -total / len(log_prob)
+
+
+def value_loss_reference(values, old_values, targets, eps, clip):
+    total = 0.0
+    for v, v_old, t in zip(values, old_values, targets):
+        loss = (v - t) ** 2
+        if clip:
+            v_clipped = v_old + np.clip(v - v_old, -eps, eps)
+            loss = max(loss, (v_clipped - t) ** 2)
+        total += 0.5 * loss
+    return total / len(values)
+
+
+def random_minibatch(seed, n=64):
+    rng = np.random.default_rng(seed)
+    old_log_prob = rng.normal(size=n).astype(np.float32)
+    log_prob = (old_log_prob + rng.normal(scale=0.4, size=n)).astype(np.float32)
+    advantages = rng.normal(loc=0.3, scale=2.0, size=n).astype(np.float32)
+    old_values = rng.normal(size=n).astype(np.float32)
+    values = (old_values + rng.normal(scale=0.5, size=n)).astype(np.float32)
+    targets = rng.normal(size=n).astype(np.float32)
+    return log_prob, old_log_prob, advantages, values, old_values, targets
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_policy_loss_matches_numpy(seed):
+    log_prob, old_log_prob, advantages, *_ = random_minibatch(seed)
+    expected = policy_loss_reference(log_prob.astype(np.float64), old_log_prob, advantages.astype(np.float64), 0.2)
+    got = jax.jit(ppo.policy_loss, static_argnums=3)(log_prob, old_log_prob, advantages, 0.2)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("clip", [True, False])
+def test_value_loss_matches_numpy(clip):
+    _, _, _, values, old_values, targets = random_minibatch(3)
+    expected = value_loss_reference(values, old_values, targets, 0.2, clip)
+    got = ppo.value_loss(values, old_values, targets, 0.2, clip=clip)
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+def test_ppo_loss_combines_parts():
+    log_prob, old_log_prob, advantages, values, old_values, targets = random_minibatch(4)
+    entropy = np.abs(np.random.default_rng(5).normal(size=log_prob.shape)).astype(np.float32)
+    total, info = ppo.ppo_loss(
+        log_prob, old_log_prob, advantages, values, old_values, targets, entropy,
+        clip_eps=0.2, clip_value=True, vf_coef=0.5, ent_coef=0.01,
+    )
+    np.testing.assert_allclose(total, info.policy_loss + 0.5 * info.value_loss - 0.01 * entropy.mean(), rtol=1e-5)
+    np.testing.assert_allclose(info.total_loss, total)
+    ratio = np.exp(log_prob.astype(np.float64) - old_log_prob)
+    np.testing.assert_allclose(info.approx_kl, np.mean(ratio - 1 - np.log(ratio)), rtol=1e-4)
+    np.testing.assert_allclose(info.clip_frac, np.mean(np.abs(ratio - 1) > 0.2), rtol=1e-6)
+    assert float(info.approx_kl) >= 0.0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Config
+
+
+@pytest.fixture(scope="module")
+def cartpole():
+    return make_env("CartPole-v1")
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    return make_env("Pendulum-v1")
+
+
+def test_default_config_is_purejaxrl_cartpole(cartpole):
+    config = ppo.Config()
+    config.validate(cartpole)
+    assert (config.batch_size, config.minibatch_size, config.num_updates) == (512, 128, 976)
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("total_timesteps", 0),
+        ("total_timesteps", 100),  # smaller than one batch of 512
+        ("num_envs", 0),
+        ("num_envs", 2.5),
+        ("num_steps", -1),
+        ("lr", 0.0),
+        ("update_epochs", 0),
+        ("num_minibatches", 0),
+        ("num_minibatches", 3),  # does not divide 512
+        ("gamma", 1.5),
+        ("gae_lambda", -0.1),
+        ("ent_coef", -0.01),
+        ("vf_coef", -1.0),
+        ("clip_eps", 0.0),
+        ("max_grad_norm", 0.0),
+        ("hidden", ()),
+        ("activation", "gelu"),
+    ],
+)
+def test_config_validate_names_the_field(cartpole, field, value):
+    config = dataclasses.replace(ppo.Config(), **{field: value})
+    with pytest.raises(ConfigError, match=field) as excinfo:
+        config.validate(cartpole)
+    assert repr(value) in str(excinfo.value)
+    # make_algorithm checks before it builds or traces anything.
+    with pytest.raises(ConfigError, match=field):
+        ppo.make_algorithm(config, cartpole)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Determinism and the continuous path (fast: a few updates)
+
+SMALL = ppo.Config(total_timesteps=3 * 4 * 32, num_steps=32, num_minibatches=2, update_epochs=2)
+
+METRIC_KEYS = {
+    base.EPISODE_RETURN_SUM, base.EPISODE_COUNT, "total_loss", "value_loss", "policy_loss", "entropy",
+    "approx_kl", "clip_frac",
+}
+
+
+def test_same_key_same_metrics_and_vmapped_seeds_equal_separate_runs(cartpole):
+    train = ppo.make_train(SMALL, cartpole)
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    single = jax.jit(train)
+    _, first = single(keys[0])
+    _, again = single(keys[0])
+    assert set(first) == METRIC_KEYS
+    for name in first:
+        assert first[name].shape == (SMALL.num_updates,) and first[name].dtype == jnp.float32
+        np.testing.assert_array_equal(first[name], again[name])
+    _, other = single(keys[1])
+    _, batched = jax.jit(jax.vmap(train))(keys)
+    for name in first:
+        np.testing.assert_allclose(batched[name][0], first[name], rtol=1e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(batched[name][1], other[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    assert not np.array_equal(first["total_loss"], other["total_loss"])
+
+
+def test_continuous_with_normalisation_runs_and_acts_within_bounds(pendulum):
+    config = dataclasses.replace(SMALL, normalize_obs=True, normalize_reward=True, num_envs=8)
+    algo = ppo.make_algorithm(config, pendulum)
+
+    def run(key):
+        train_key, eval_key = jax.random.split(key)
+        state, metrics = base.make_train_fn(algo)(train_key)
+        policy = algo.policy(state)
+        obs = jnp.array([1.0, 0.0, 50.0])  # far outside the observed range: the mean may leave the bounds
+        return metrics, policy, algo.act(policy, obs, eval_key)
+
+    metrics, policy, action = jax.jit(jax.vmap(run))(jax.random.split(jax.random.PRNGKey(1), 2))
+    assert set(metrics) == METRIC_KEYS
+    for name, value in metrics.items():
+        assert value.shape == (2, config.num_updates) and np.all(np.isfinite(value)), name
+    assert action.shape == (2, 1) and action.dtype == jnp.float32 and np.all(np.abs(action) <= 2.0)
+    # The saved policy carries the observation statistics it was trained with.
+    assert policy.obs_stats is not None and policy.obs_stats.mean.shape == (2, 3)
+    assert float(policy.obs_stats.count[0]) > config.batch_size * config.num_updates
+
+
+# ---------------------------------------------------------------------------------------------------
+# Learning (slow)
+
+
+def train_and_evaluate(config, env, seed, num_seeds, episodes=10):
+    algo = ppo.make_algorithm(config, env)
+
+    def run(key):
+        train_key, eval_key = jax.random.split(key)
+        state, _ = base.make_train_fn(algo)(train_key)
+        return base.evaluate(env, algo.act, algo.policy(state), eval_key, episodes)
+
+    start = time.perf_counter()
+    returns = jax.jit(jax.vmap(run))(jax.random.split(jax.random.PRNGKey(seed), num_seeds))
+    returns = np.asarray(jax.block_until_ready(returns))
+    print(f"\n{env.name}: per-seed mean returns {returns.mean(axis=1)}, {time.perf_counter() - start:.0f} s")
+    return returns
+
+
+@pytest.mark.slow
+def test_ppo_learns_cartpole(cartpole):
+    """PureJaxRL's CartPole config, 500k steps, 4 seeds vmapped: mean deterministic return >= 475.
+
+    Measured: every seed scores 500 (the v1 maximum); ~45 s on a 2-core CPU, ~20 s of it compiling.
+    """
+    returns = train_and_evaluate(ppo.Config(), cartpole, seed=0, num_seeds=4)
+    assert returns.mean() >= 475.0
+
+
+PENDULUM = ppo.Config(
+    total_timesteps=600_000,
+    num_envs=64,
+    num_steps=64,
+    lr=1e-3,
+    update_epochs=10,
+    num_minibatches=8,
+    gamma=0.9,
+    ent_coef=0.0,
+    clip_value=False,
+    normalize_obs=True,
+    normalize_reward=True,
+)
+
+
+@pytest.mark.slow
+def test_ppo_learns_pendulum(pendulum):
+    """Continuous actions with observation and reward normalisation on Pendulum-v1 (gymnax).
+
+    600k steps, 64 envs x 64 steps, lr 1e-3, 10 epochs x 8 minibatches, gamma 0.9, no entropy bonus, no
+    value clipping, 4 seeds vmapped, 10 deterministic episodes each. Random policy ~ -1200; gymnax's
+    reference PPO -130. Measured mean over the 4 seeds: -231 (seed key 0) and -230 (key 1), with single
+    seeds between -145 and -420; threshold -400. ~50 s on a 2-core CPU.
+    """
+    returns = train_and_evaluate(PENDULUM, pendulum, seed=0, num_seeds=4)
+    assert returns.mean() >= -400.0
