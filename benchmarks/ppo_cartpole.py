@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
 import json
 import os
 import platform
@@ -246,8 +247,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                         help="first wait up to this long for the other processes to leave the CPU (<20%% busy)")
+    parser.add_argument("--timeout", type=float, default=3600.0,
+                        help="dump the stacks and exit 1 if the whole benchmark takes longer (a hang is never silent)")
     parser.add_argument("--json", type=Path, default=None, help="write all numbers here")
     args = parser.parse_args()
+    faulthandler.dump_traceback_later(args.timeout, exit=True)
 
     import jax
 

@@ -13,6 +13,26 @@ import numpy as np
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": nn.tanh, "relu": nn.relu}
 
 
+def sequential_under_vmap(fn: Callable) -> Callable:
+    """`fn(key)` that, when vmapped, runs once per key in a `lax.map` instead of as one batched program.
+
+    Why: Flax's orthogonal initialiser calls LAPACK QR. Batched (vmapped over seeds), jaxlib 0.10's CPU
+    QR kernel splits the batch over XLA's intra-op thread pool and blocks a pool thread until the parts
+    finish; two such QRs running at once (actor and critic) can take every thread of a small pool and
+    wait on each other forever (seen on a 2-core machine, most runs of a vmapped init). One QR per
+    map iteration never splits. Initialisation is a negligible part of a run, so the loop costs nothing.
+    """
+    wrapped = jax.custom_batching.custom_vmap(fn)
+
+    @wrapped.def_vmap
+    def _rule(axis_size: int, in_batched: list[bool], key: jax.Array):
+        del axis_size
+        out = jax.lax.map(wrapped, key) if in_batched[0] else wrapped(key)
+        return out, jax.tree.map(lambda _: in_batched[0], out)
+
+    return wrapped
+
+
 def dense(features: int, gain: float = float(np.sqrt(2.0))) -> nn.Dense:
     return nn.Dense(features, kernel_init=nn.initializers.orthogonal(gain), bias_init=nn.initializers.zeros)
 

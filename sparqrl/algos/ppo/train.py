@@ -30,7 +30,7 @@ from sparqrl.envs import (
     running_stats_init,
     running_stats_update,
 )
-from sparqrl.nets import ActorCritic
+from sparqrl.nets import ActorCritic, sequential_under_vmap
 
 
 class PPOState(NamedTuple):
@@ -85,26 +85,6 @@ class Learner(NamedTuple):
     opt_state: optax.OptState
 
 
-def _sequential_under_vmap(fn):
-    """`fn(key)` that, when vmapped, runs once per key in a `lax.map` instead of as one batched program.
-
-    Why: Flax's orthogonal initialiser calls LAPACK QR. Batched (vmapped over seeds), jaxlib 0.10's CPU
-    QR kernel splits the batch over XLA's intra-op thread pool and blocks a pool thread until the parts
-    finish; two such QRs running at once (actor and critic) can take every thread of a small pool and
-    wait on each other forever (seen on a 2-core machine, most runs of a vmapped init). One QR per
-    map iteration never splits. Initialisation is a negligible part of a run, so the loop costs nothing.
-    """
-    wrapped = jax.custom_batching.custom_vmap(fn)
-
-    @wrapped.def_vmap
-    def _rule(axis_size: int, in_batched: list[bool], key: jax.Array):
-        del axis_size
-        out = jax.lax.map(wrapped, key) if in_batched[0] else wrapped(key)
-        return out, jax.tree.map(lambda _: in_batched[0], out)
-
-    return wrapped
-
-
 def make_algorithm(config: Config, env: Env) -> Algorithm:
     """PPO over `env` (Discrete or Box actions). Raises `ConfigError` before tracing on a bad config."""
     config.validate(env)
@@ -127,7 +107,7 @@ def make_algorithm(config: Config, env: Env) -> Algorithm:
         action_low = np.asarray(env.action_space.low, np.float32)
         action_high = np.asarray(env.action_space.high, np.float32)
 
-    init_params = _sequential_under_vmap(
+    init_params = sequential_under_vmap(
         lambda key: network.init(key, jnp.zeros((1, *env.observation_shape), jnp.float32))
     )
 
