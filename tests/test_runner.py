@@ -8,9 +8,10 @@ import jax
 import numpy as np
 import pytest
 
+from sparqrl import cli
 from sparqrl.algos import dqn, ppo
 from sparqrl.config import ConfigError
-from sparqrl.runners import RunConfig, RunInterrupted, resume, train
+from sparqrl.runners import RunConfig, RunInterrupted, evaluate_saved, resume, train
 from sparqrl.runners.anakin import chunk_bounds, load_state
 
 SUMMARY_KEYS = {
@@ -50,6 +51,11 @@ def test_run_leaves_everything_behind(tmp_path):
     lines = (out / "metrics.csv").read_text().strip().splitlines()
     assert len(lines) == 1 + 6 * 2  # header + one row per chunk per seed
     assert "episode_return" in lines[0] and "eval_return" in lines[0]
+    # `sparqrl eval DIR` reproduces the final evaluation from the checkpoint alone
+    code = cli.main(["eval", str(out)])
+    assert code == 0
+    again = evaluate_saved(out)
+    assert again["return_per_seed"] == saved["final_return_per_seed"]
 
 
 def test_existing_output_is_not_overwritten(tmp_path):
