@@ -232,21 +232,30 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
     progress = make_progress(run.progress)
     saved_at = done_chunks
-    session_start = (updates_done * algo.env_steps_per_update, time.perf_counter() + compiled.compile_time_s)
+    session_start = (updates_done * algo.env_steps_per_update, time.perf_counter())
     eval_returns = None
+    latest = (done_chunks, state)
+
+    def launch(chunk: int, state: Any) -> tuple[Any, dict[str, jax.Array]]:
+        n = bounds[chunk] - (bounds[chunk - 1] if chunk else 0)
+        # the trip count is placed as the compiled program expects it (replicated over devices)
+        return compiled.chunk(state, jax.device_put(jnp.int32(n), replicated))
     try:
         with progress:
             task = progress.add_task(f"{algo_name} {run.env}", total=steps_per_seed, sps=0.0, ret="-")
             progress.update(task, completed=updates_done * algo.env_steps_per_update)
+            inflight = launch(done_chunks, state) if done_chunks < len(bounds) else None
             for chunk in range(done_chunks, len(bounds)):
-                n = bounds[chunk] - updates_done
-                # the trip count must be placed like the compiled program expects it (replicated)
-                state, metrics = compiled.chunk(state, jax.device_put(jnp.int32(n), replicated))
+                chunk_state, metrics = inflight
+                # queue the next chunk before the host works on this one, so logging, evaluation
+                # and checkpointing overlap with training instead of stalling the device
+                inflight = launch(chunk + 1, chunk_state) if chunk + 1 < len(bounds) else None
                 per_seed = {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
+                latest = (chunk + 1, chunk_state)  # one assignment: an interrupt sees a consistent pair
                 updates_done = bounds[chunk]
                 is_last = chunk == len(bounds) - 1
                 if is_last or (run.eval_every and (chunk + 1) % run.eval_every == 0):
-                    eval_returns = np.asarray(compiled.evaluate(state, eval_keys_sharded))
+                    eval_returns = np.asarray(compiled.evaluate(chunk_state, eval_keys_sharded))
                     per_seed["eval_return"] = eval_returns.mean(axis=1)
                 env_step = updates_done * algo.env_steps_per_update
                 logger.log(chunk + 1, env_step, elapsed(), per_seed)
@@ -258,23 +267,24 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
                     ret=_fmt_return(per_seed),
                 )
                 if is_last or (chunk + 1) % run.checkpoint_every == 0:
-                    checkpointer.save(chunk + 1, state, meta(chunk + 1))
+                    checkpointer.save(chunk + 1, chunk_state, meta(chunk + 1))
                     saved_at = chunk + 1
                 if on_chunk is not None:
                     on_chunk(chunk + 1)
-                done_chunks = chunk + 1
     except KeyboardInterrupt:
+        done_chunks, state = latest
         if saved_at != done_chunks:
             checkpointer.save(done_chunks, state, meta(done_chunks))
         raise RunInterrupted(
-            f"interrupted after {updates_done * algo.env_steps_per_update} env steps per seed; "
-            f"checkpoint saved; continue with: sparqrl train --resume {out}"
+            f"interrupted after {bounds[done_chunks - 1] * algo.env_steps_per_update if done_chunks else 0} "
+            f"env steps per seed; checkpoint saved; continue with: sparqrl train --resume {out}"
         ) from None
     finally:
         signal.signal(signal.SIGTERM, previous_sigterm)
         logger.close()
         checkpointer.close()
 
+    state = latest[1]
     if eval_returns is None:  # resumed a run that had already finished
         eval_returns = np.asarray(compiled.evaluate(state, eval_keys_sharded))
     wall = elapsed()
