@@ -17,10 +17,12 @@ Caveat: inside ``vmap`` over seeds every leaf is unbatched, as required; a mask 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from sparqrl.config import one_of, require
 from sparqrl.sparse.allocation import Sparsity, allocate
@@ -71,6 +73,15 @@ def top_k_mask(score: jax.Array, k: jax.Array | int) -> jax.Array:
     return ranks < k
 
 
+def uniform_scores(key: jax.Array, shapes: Sequence[tuple[int, ...]]) -> list[jax.Array]:
+    """U(0, 1) scores for several leaves from one draw: ``jax.random.uniform(key, (sum_l N_l,))``
+    cut in order and reshaped (one PRNG call compiles much faster than one per leaf)."""
+    sizes = [math.prod(s) for s in shapes]
+    flat = jax.random.uniform(key, (sum(sizes),))
+    bounds = np.cumsum([0] + sizes)
+    return [flat[a:b].reshape(s) for a, b, s in zip(bounds[:-1], bounds[1:], shapes)]
+
+
 def check_init_method(value: Any, field: str = "init_mask") -> None:
     one_of(field, value, INIT_METHODS)
 
@@ -92,7 +103,8 @@ def init_masks(
 
     * ``magnitude`` (reference default, §3.4 ``weight_sparsify``): the n_active largest |w| of the
       dense initialisation; survivors keep their values (no rescaling). `key` is unused (may be None).
-    * ``random``: n_active positions uniformly at random (quirk 7's option); needs `key`.
+    * ``random``: n_active positions uniformly at random (quirk 7's option); needs `key`; the
+      scores are `uniform_scores(key, shapes of the sparse leaves in flatten order)`.
 
     Ties go to the lower flat index. Jittable and vmappable over `key` (counts are static).
     `sparsity`, `allocation` and `method` are checked on the host (ConfigError).
@@ -101,7 +113,8 @@ def init_masks(
     allocs = {a.path: a for a in allocate(params, sparsity, allocation, rule=rule, keep_dense=keep_dense)}
     require(method != "random" or key is not None, "key", key, "a PRNG key is needed for method='random'")
     leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
-    keys = jax.random.split(key, max(len(allocs), 1)) if method == "random" else [None] * len(allocs)
+    sparse_shapes = [a.shape for a in allocs.values()]
+    scores = uniform_scores(key, sparse_shapes) if method == "random" else [None] * len(allocs)
     new_params, masks, i = [], [], 0
     for path, leaf in leaves:
         alloc = allocs.get(path_str(path))
@@ -109,7 +122,7 @@ def init_masks(
             new_params.append(leaf)
             masks.append(dense_mask())
             continue
-        score = jnp.abs(leaf) if method == "magnitude" else jax.random.uniform(keys[i], leaf.shape)
+        score = jnp.abs(leaf) if method == "magnitude" else scores[i]
         mask = top_k_mask(score.reshape(-1), alloc.n_active).reshape(leaf.shape)
         new_params.append(jnp.where(mask, leaf, jnp.zeros_like(leaf)))
         masks.append(mask)

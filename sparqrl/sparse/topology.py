@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 
 from sparqrl.config import in_unit_interval, one_of, positive, require
-from sparqrl.sparse.masks import MaskTree, Params, is_sparse, top_k_mask
+from sparqrl.sparse.masks import MaskTree, Params, is_sparse, top_k_mask, uniform_scores
 
 TOPOLOGY_METHODS = ("rigl", "set", "static")
 """rigl: gradient grow; set: random grow; static: the mask never changes (the SS baseline)."""
@@ -148,9 +148,9 @@ def update_topology(
     """Drop/grow every sparse leaf once. Returns (params, masks); dense leaves are untouched.
 
     dense_grads: gradient of the loss w.r.t. the stored (zero-filled) params, *before* masking,
-    i.e. the dense gradient (required for 'rigl', ignored otherwise). SET draws its grow scores as
-    ``jax.random.uniform(k_l, shape)`` with ``k_l = jax.random.split(key, L)[l]``, l the index of
-    the sparse leaf in tree-flatten order. 'static' returns the inputs.
+    i.e. the dense gradient (required for 'rigl', ignored otherwise). SET draws its grow scores with
+    ``masks.uniform_scores(key, shapes of the sparse leaves in tree-flatten order)``.
+    'static' returns the inputs.
     """
     check_method(method)
     if method == "static":
@@ -159,15 +159,15 @@ def update_topology(
     p_leaves, treedef = jax.tree.flatten(params)
     m_leaves = treedef.flatten_up_to(masks)
     g_leaves = treedef.flatten_up_to(dense_grads) if method == "rigl" else [None] * len(p_leaves)
-    n_sparse = sum(is_sparse(m) for m in m_leaves)
-    keys = jax.random.split(key, max(n_sparse, 1))
+    sparse_shapes = [m.shape for m in m_leaves if is_sparse(m)]
+    random_scores = uniform_scores(key, sparse_shapes) if method == "set" else [None] * len(sparse_shapes)
     out_p, out_m, i = [], [], 0
     for p, m, g in zip(p_leaves, m_leaves, g_leaves):
         if not is_sparse(m):
             out_p.append(p)
             out_m.append(m)
             continue
-        score = jnp.abs(g) if method == "rigl" else jax.random.uniform(keys[i], p.shape)
+        score = jnp.abs(g) if method == "rigl" else random_scores[i]
         k = n_prune(jnp.sum(m, dtype=jnp.int32), drop_fraction)
         new_p, new_m = drop_and_grow(p, m, score, k)
         out_p.append(new_p)
