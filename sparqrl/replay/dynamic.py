@@ -18,7 +18,8 @@ with actions in the normalised [-1, 1] box (the code divides by a_max). Two shri
                  and never below min_size, so the buffer can always be sampled.
 
 How often to check is the caller's choice (`check_due`; the code checks every 10,000 env steps, the
-paper "upon any update").
+paper "upon any update"); `maybe_adjust` runs the check only when due, through `lockstep_cond`, a
+`lax.cond` that stays a real branch when vmapped over seeds.
 
 Units. A ring slot holds one time step of S parallel environments (`sparqrl.replay.nstep`). Sizes
 given in transitions are converted to slots: capacity = max_size // S, K_slots = ceil(K / S), and the
@@ -91,7 +92,9 @@ def make_dynamic_replay(
 
 
 def action_distance(policy_action: jax.Array, reference_action: jax.Array, kind: str) -> jax.Array:
-    """Per-transition distance [...] from actions [..., |A|]: ½·mean_a (π − ā)² ("half_mse") or ‖π − ā‖₂ ("l2").
+    """Per-transition distance [...] from actions [..., |A|].
+
+    "half_mse": ½·mean_a (π − ā)²;  "l2": ‖π − ā‖₂.
 
     Averaging it over the K oldest transitions gives D of the module docstring.
     """
@@ -137,7 +140,7 @@ def until_below_rule(size: jax.Array, distances: jax.Array, rule: DynamicReplay)
 
 
 class AdjustInfo(NamedTuple):
-    distance: jax.Array  # float32 [], D over the K oldest transitions before dropping
+    distance: jax.Array  # float32 [], D over the K oldest transitions before dropping (0 if not checked)
     dropped: jax.Array  # int32 [], slots dropped
 
 
@@ -164,6 +167,68 @@ def adjust(
         dropped = until_below_rule(state.size, distances, rule)
     new_state = state.replace(size=(state.size - dropped).astype(jnp.int32))
     return new_state, AdjustInfo(distances[0], dropped)
+
+
+def maybe_adjust(
+    due: jax.Array,
+    state: BufferState,
+    rule: DynamicReplay,
+    actions_fn: Callable[[Any, Any], tuple[jax.Array, jax.Array]],
+    params: Any,
+) -> tuple[BufferState, AdjustInfo]:
+    """`adjust` when `due` (bool []), else the state unchanged and a zero `AdjustInfo`.
+
+    actions_fn(params, items) -> (policy_action, reference_action) must close over no traced value
+    (pass them in `params`): the check is a `lockstep_cond`, so vmapped seeds pay for the K-item
+    policy evaluation only on the updates that check, not on every update.
+    """
+
+    def check(operand: tuple[BufferState, Any]) -> tuple[BufferState, AdjustInfo]:
+        buffer, params = operand
+        return adjust(buffer, rule, lambda items: actions_fn(params, items))
+
+    def skip(operand: tuple[BufferState, Any]) -> tuple[BufferState, AdjustInfo]:
+        return operand[0], AdjustInfo(jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32))
+
+    return lockstep_cond(due, check, skip, (state, params))
+
+
+def lockstep_cond(pred: jax.Array, true_fn: Callable[[Any], Any], false_fn: Callable[[Any], Any], operand: Any) -> Any:
+    """`lax.cond(pred, true_fn, false_fn, operand)` that stays a real branch when vmapped.
+
+    Why: under `vmap` a batched predicate turns `lax.cond` into a select that runs BOTH branches for
+    every element, every time. The runners vmap every update over seeds, whose step counters move in
+    lockstep, so gates such as "check the buffer every 10,000 env steps" or "update the actor every
+    2nd gradient step" would pay for the expensive branch on every update. Here a batched predicate
+    becomes `lax.cond(any(pred), per-element select, false branch)`: the same results for any
+    predicate, and the expensive branch only runs when some element takes it.
+
+    true_fn and false_fn must be pure functions of `operand`, closing over no traced value
+    (`custom_vmap` needs every batched input explicit); both return the same structure.
+    """
+
+    @jax.custom_batching.custom_vmap
+    def run(pred: jax.Array, operand: Any) -> Any:
+        return jax.lax.cond(pred, true_fn, false_fn, operand)
+
+    @run.def_vmap
+    def _rule(axis_size: int, in_batched: list[Any], pred: jax.Array, operand: Any) -> tuple[Any, Any]:
+        pred_batched, operand_batched = in_batched
+        axes = jax.tree.map(lambda batched: 0 if batched else None, operand_batched)
+
+        def vmapped(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+            return jax.vmap(fn, in_axes=(axes,), axis_size=axis_size)
+
+        if pred_batched:
+            per_element = jax.vmap(
+                lambda p, o: jax.lax.cond(p, true_fn, false_fn, o), in_axes=(0, axes), axis_size=axis_size
+            )
+            out = jax.lax.cond(jnp.any(pred), lambda o: per_element(pred, o), vmapped(false_fn), operand)
+        else:
+            out = jax.lax.cond(pred, vmapped(true_fn), vmapped(false_fn), operand)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return run(pred, operand)
 
 
 def check_due(env_steps_tm1: jax.Array, env_steps_t: jax.Array, interval: int) -> jax.Array:

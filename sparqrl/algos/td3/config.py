@@ -193,6 +193,11 @@ class Config:
             self.buffer_max_size >= self.nstep * self.num_envs, "buffer_max_size", self.buffer_max_size,
             f"must hold at least one n-step window per env (nstep·num_envs = {self.nstep * self.num_envs})",
         )
+        floor = max(self.batch_size, 2 * self.nstep * self.num_envs)
+        require(
+            self.buffer_min_size >= floor or not self.dynamic_buffer, "buffer_min_size", self.buffer_min_size,
+            f"must be >= max(batch_size, 2·nstep·num_envs) = {floor}, so a shrunk buffer still holds full windows",
+        )
         require(self.buffer_num_oldest >= 0, "buffer_num_oldest", self.buffer_num_oldest, "must be >= 0 (0 = 8·batch_size)")
         require(
             self.num_oldest <= self.buffer_max_size, "buffer_num_oldest", self.buffer_num_oldest,

@@ -12,7 +12,8 @@ Fujimoto et al. 2018 (TD3) with RLx2's settings (Tan et al., ICLR 2023; `rlx2.md
    Polyak update of both target networks.
 
 Gradient step j (1-based, the reference's `total_it`) uses the n-step target once j >= nstep_delay and
-updates the actor when j % policy_delay == 0. All gates are `lax.cond`s (selects under vmap).
+updates the actor when j % policy_delay == 0. The gates are `replay.dynamic.lockstep_cond`s: under vmap
+over seeds (whose counters move in lockstep) a skipped branch still costs nothing.
 """
 
 from __future__ import annotations
@@ -222,6 +223,29 @@ def make_algorithm(config: Config, env: Env) -> Algorithm:
             buffer_distance=jnp.zeros((), jnp.float32),
         )
 
+    # The gated branches below are `lockstep_cond`s (cheap under vmap when skipped), so they take every
+    # traced value as an argument and close over none.
+
+    def actor_and_targets(operand: tuple[_Learner, Any, jax.Array]) -> tuple[Any, Any, Any, Any, jax.Array]:
+        """The delayed part of a gradient step: actor on −Q1(s, π(s)), then Polyak updates of both targets."""
+        learner, critic_params, obs = operand
+
+        def actor_objective(params: Any) -> jax.Array:
+            q1, _ = nets.critic.apply(critic_params, obs, nets.actor.apply(params, obs))
+            return actor_loss(q1)
+
+        a_loss, grads = jax.value_and_grad(actor_objective)(learner.actor_params)
+        updates, opt_state = actor_opt.update(grads, learner.actor_opt_state, learner.actor_params)
+        actor_params = optax.apply_updates(learner.actor_params, updates)
+        actor_target = optax.incremental_update(actor_params, learner.actor_target_params, config.tau)
+        critic_target = optax.incremental_update(critic_params, learner.critic_target_params, config.tau)
+        return actor_params, opt_state, actor_target, critic_target, a_loss
+
+    def skip_actor(operand: tuple[_Learner, Any, jax.Array]) -> tuple[Any, Any, Any, Any, jax.Array]:
+        learner = operand[0]
+        return (learner.actor_params, learner.actor_opt_state, learner.actor_target_params,
+                learner.critic_target_params, jnp.zeros((), jnp.float32))
+
     def gradient_step(learner: _Learner, buffer: replay.BufferState, key: jax.Array) -> _Learner:
         sample_key, noise_key = jax.random.split(key)
         iteration = learner.gradient_steps + 1
@@ -248,25 +272,9 @@ def make_algorithm(config: Config, env: Env) -> Algorithm:
         updates, critic_opt_state = critic_opt.update(grads, learner.critic_opt_state, learner.critic_params)
         critic_params = optax.apply_updates(learner.critic_params, updates)
 
-        def actor_and_targets(_: None) -> tuple[Any, Any, Any, Any, jax.Array]:
-            def actor_objective(params: Any) -> jax.Array:
-                q1, _ = nets.critic.apply(critic_params, obs, nets.actor.apply(params, obs))
-                return actor_loss(q1)
-
-            a_loss, grads = jax.value_and_grad(actor_objective)(learner.actor_params)
-            updates, opt_state = actor_opt.update(grads, learner.actor_opt_state, learner.actor_params)
-            actor_params = optax.apply_updates(learner.actor_params, updates)
-            actor_target = optax.incremental_update(actor_params, learner.actor_target_params, config.tau)
-            critic_target = optax.incremental_update(critic_params, learner.critic_target_params, config.tau)
-            return actor_params, opt_state, actor_target, critic_target, a_loss
-
-        def skip(_: None) -> tuple[Any, Any, Any, Any, jax.Array]:
-            return (learner.actor_params, learner.actor_opt_state, learner.actor_target_params,
-                    learner.critic_target_params, jnp.zeros(()))
-
         do_actor = iteration % config.policy_delay == 0
-        actor_params, actor_opt_state, actor_target, critic_target, a_loss = jax.lax.cond(
-            do_actor, actor_and_targets, skip, None
+        actor_params, actor_opt_state, actor_target, critic_target, a_loss = dynamic.lockstep_cond(
+            do_actor, actor_and_targets, skip_actor, (learner, critic_params, obs)
         )
         return _Learner(
             actor_params=actor_params,
@@ -282,6 +290,10 @@ def make_algorithm(config: Config, env: Env) -> Algorithm:
             q_sum=learner.q_sum + q_mean,
             nstep_sum=learner.nstep_sum + n_active.astype(jnp.float32),
         )
+
+    def policy_and_reference(actor_params: Any, items: Transition) -> tuple[jax.Array, jax.Array]:
+        """The dynamic buffer's (π(s), ā) on stored items [R, S, ...]."""
+        return nets.actor.apply(actor_params, items.obs), items.reference_action
 
     def update(state: TD3State) -> tuple[TD3State, dict[str, jax.Array]]:
         key, noise_key, random_key, step_key, learn_key = jax.random.split(state.key, 5)
@@ -302,25 +314,17 @@ def make_algorithm(config: Config, env: Env) -> Algorithm:
         # Dynamic capacity: check the policy distance over the oldest data, drop them if it is too large.
         buffer_distance = state.buffer_distance
         if config.dynamic_buffer:
-            def actions_fn(items: Transition) -> tuple[jax.Array, jax.Array]:
-                return nets.actor.apply(state.actor_params, items.obs), items.reference_action
-
-            def check(buffer: replay.BufferState) -> tuple[replay.BufferState, jax.Array]:
-                buffer, info = dynamic.adjust(buffer, rule, actions_fn)
-                return buffer, info.distance
-
-            buffer, buffer_distance = jax.lax.cond(
-                dynamic.check_due(env_steps_tm1, env_steps_t, config.buffer_check_interval),
-                check, lambda b: (b, state.buffer_distance), buffer,
-            )
+            due = dynamic.check_due(env_steps_tm1, env_steps_t, config.buffer_check_interval)
+            buffer, info = dynamic.maybe_adjust(due, buffer, rule, policy_and_reference, state.actor_params)
+            buffer_distance = jnp.where(due, info.distance, state.buffer_distance)
 
         # Learn: one gradient step per env step past the learning start.
         num_grad = jnp.clip(env_steps_t - jnp.maximum(env_steps_tm1, start), 0, num_envs)
 
         def maybe_step(learner: _Learner, slot_and_key: tuple[jax.Array, jax.Array]) -> tuple[_Learner, None]:
             slot, slot_key = slot_and_key
-            learner = jax.lax.cond(
-                slot < num_grad, lambda l: gradient_step(l, buffer, slot_key), lambda l: l, learner
+            learner = dynamic.lockstep_cond(
+                slot < num_grad, lambda op: gradient_step(*op), lambda op: op[0], (learner, buffer, slot_key)
             )
             return learner, None
 
