@@ -10,10 +10,13 @@ on is returned as `final_obs`, so a time-limit truncation can bootstrap from it
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, NamedTuple, Protocol, Union
 
 import jax
 import numpy as np
+
+from sparqrl.config import fail, require
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,3 +79,15 @@ def is_discrete(env: Env) -> bool:
 def action_dim(env: Env) -> int:
     space = env.action_space
     return space.n if isinstance(space, Discrete) else space.shape[0]
+
+
+def require_continuous(env: Env, algo: str) -> None:
+    """A continuous action space with finite bounds, low < high."""
+    space = env.action_space
+    if not isinstance(space, Box):
+        fail(
+            "env", env.name,
+            f"{algo} needs a continuous (Box) action space; env {env.name} has {type(space).__name__} actions",
+        )
+    ok = all(math.isfinite(lo) and math.isfinite(hi) and lo < hi for lo, hi in zip(space.low, space.high))
+    require(ok, "env", env.name, f"{algo} needs finite action bounds with low < high; got {space}")

@@ -15,11 +15,12 @@ function of `train.py` (`make_networks`, `make_optimizer`), where masks will be 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Literal, get_args
 
 from sparqrl.config import fail, in_unit_interval, one_of, positive, require
-from sparqrl.envs import Box, Env
+from sparqrl.envs import Env
+from sparqrl.envs.core import require_continuous
+from sparqrl.replay.dynamic import validate_replay
 
 # Literals kept here, not imported from sparqrl.nets / sparqrl.replay, so that reading a config (the
 # CLI's help) does not import JAX. They match `ACTIVATIONS`, `dynamic.ShrinkRule`, `dynamic.Distance`.
@@ -185,24 +186,7 @@ class Config:
             self.total_timesteps >= self.num_envs, "total_timesteps", self.total_timesteps,
             f"must be >= num_envs ({self.num_envs}) for at least one update",
         )
-        require(
-            self.buffer_min_size <= self.buffer_max_size, "buffer_min_size", self.buffer_min_size,
-            f"must be <= buffer_max_size ({self.buffer_max_size})",
-        )
-        require(
-            self.buffer_max_size >= self.nstep * self.num_envs, "buffer_max_size", self.buffer_max_size,
-            f"must hold at least one n-step window per env (nstep·num_envs = {self.nstep * self.num_envs})",
-        )
-        floor = max(self.batch_size, 2 * self.nstep * self.num_envs)
-        require(
-            self.buffer_min_size >= floor or not self.dynamic_buffer, "buffer_min_size", self.buffer_min_size,
-            f"must be >= max(batch_size, 2·nstep·num_envs) = {floor}, so a shrunk buffer still holds full windows",
-        )
-        require(self.buffer_num_oldest >= 0, "buffer_num_oldest", self.buffer_num_oldest, "must be >= 0 (0 = 8·batch_size)")
-        require(
-            self.num_oldest <= self.buffer_max_size, "buffer_num_oldest", self.buffer_num_oldest,
-            f"must give K <= buffer_max_size ({self.buffer_max_size}); K = {self.num_oldest}",
-        )
+        validate_replay(self)
         in_unit_interval("gamma", self.gamma)
         require(0.0 < self.tau <= 1.0, "tau", self.tau, "must be in (0, 1]")
         in_unit_interval("nstep_delay_fraction", self.nstep_delay_fraction)
@@ -225,17 +209,5 @@ class Config:
                 "must be 0.0 for now: sparse TD3 is not wired to sparqrl.sparse yet",
             )
         if env is not None:
-            validate_env(env, "td3")
+            require_continuous(env, "td3")
         return self
-
-
-def validate_env(env: Env, algo: str) -> None:
-    """A continuous action space with finite bounds, low < high."""
-    space = env.action_space
-    if not isinstance(space, Box):
-        fail(
-            "env", env.name,
-            f"{algo} needs a continuous (Box) action space; env {env.name} has {type(space).__name__} actions",
-        )
-    ok = all(math.isfinite(lo) and math.isfinite(hi) and lo < hi for lo, hi in zip(space.low, space.high))
-    require(ok, "env", env.name, f"{algo} needs finite action bounds with low < high; got {space}")
