@@ -55,6 +55,11 @@ def close_matches(name: str, names: typing.Iterable[str]) -> str:
 def _convert(text: str, annotation: Any, field: str) -> Any:
     """Parse the string form of a `--set key=value` override into the field's type."""
     origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if type(None) in args and len(args) == 2:  # `X | None`: "none" is None, anything else an X
+        if text.lower() == "none":
+            return None
+        return _convert(text, next(a for a in args if a is not type(None)), field)
     if annotation is bool:
         lowered = text.lower()
         if lowered in ("1", "true", "yes", "on"):

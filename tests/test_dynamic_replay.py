@@ -10,6 +10,7 @@ import pytest
 
 from sparqrl import replay
 from sparqrl.config import ConfigError
+from sparqrl.lockstep import lockstep_cond
 from sparqrl.replay import dynamic
 
 A = 2  # action dims
@@ -212,7 +213,7 @@ def test_lockstep_cond_equals_cond_and_skips_under_vmap():
         return x, jnp.zeros((), x.dtype)
 
     def with_lockstep(p, x, w):
-        return dynamic.lockstep_cond(p, expensive, cheap, (x, w))
+        return lockstep_cond(p, expensive, cheap, (x, w))
 
     def with_cond(p, x, w):
         return jax.lax.cond(p, expensive, cheap, (x, w))

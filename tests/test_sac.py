@@ -17,7 +17,7 @@ import pytest
 from sparqrl.algos import evaluate, get_algorithm, sac
 from sparqrl.algos.base import EPISODE_COUNT, make_train_fn
 from sparqrl.config import ConfigError
-from sparqrl.envs import make_env
+from sparqrl.envs import host_spec, make_env
 
 # ---- math against NumPy ----------------------------------------------------------------------
 
@@ -111,12 +111,12 @@ def pendulum():
         ({"batch_size": 0}, r"batch_size=0 .*> 0"),
         ({"alpha_lr": 0.0}, r"alpha_lr=0.0 .*> 0"),
         ({"init_alpha": 0.0}, r"init_alpha=0.0 .*> 0"),
-        ({"nstep": 0}, r"nstep=0 .*> 0"),
+        ({"nstep": 0}, r"nstep=0 .*>= 1"),
         ({"actor_update_interval": 0}, r"actor_update_interval=0 .*> 0"),
         ({"target_update_interval": -1}, r"target_update_interval=-1 .*> 0"),
         ({"buffer_min_size": 4_000_000}, r"buffer_min_size=4000000 .*<= buffer_max_size \(3000000\)"),
         ({"buffer_max_size": 0}, r"buffer_max_size=0 .*> 0"),
-        ({"buffer_min_size": 100}, r"buffer_min_size=100 .*>= max\(batch_size, 2·nstep·num_envs\) = 256"),
+        ({"buffer_min_size": 100, "dynamic_buffer": True}, r"buffer_min_size=100 .*>= max\(batch_size, 2·nstep·num_envs\) = 256"),
         ({"buffer_shrink": "all"}, r"buffer_shrink='all' .*tenth, until_below"),
         ({"buffer_distance": "cos"}, r"buffer_distance='cos' .*half_mse, l2"),
         ({"learning_starts": 3_000_000}, r"learning_starts=3000000 .*total_timesteps"),
@@ -126,7 +126,7 @@ def pendulum():
         ({"gamma": -0.1}, r"gamma=-0.1 .*\[0, 1\]"),
         ({"tau": 2.0}, r"tau=2.0 .*\(0, 1\]"),
         ({"hidden": (256, 0)}, r"hidden=\(256, 0\)"),
-        ({"actor_sparsity": 0.9}, r"actor_sparsity=0.9 .*not wired"),
+        ({"actor_sparsity": 0.9}, r"actor_sparsity=0.9 .*sparse=dense"),
     ],
 )
 def test_config_validate_names_field_value_and_allowed(pendulum, changes, pattern):
@@ -146,26 +146,31 @@ def test_config_defaults_are_rlx2s_and_derived_values(pendulum):
     c = sac.Config().validate(pendulum)
     assert (c.hidden, c.batch_size, c.actor_lr, c.critic_lr, c.alpha_lr, c.tau) == ((256, 256), 256, 3e-4, 3e-4, 3e-4, 0.005)
     assert (c.init_alpha, c.log_std_min, c.log_std_max, c.behaviour, c.target_entropy(6)) == (1.0, -5.0, 2.0, "mean", -6.0)
-    assert (c.nstep, c.nstep_delay, c.buffer_max_size) == (3, 300_000, 3_000_000)
+    assert (c.sparse, c.nstep, c.dynamic_buffer, c.nstep_delay, c.buffer_max_size) == ("dense", 1, False, 300_000, 3_000_000)
     assert (c.buffer_min_size, c.num_oldest) == (200_000, 2048)
+    # rlx2 on a paper environment: the delayed 3-step target, the dynamic buffer, Table 2's sparsities.
+    r = sac.Config(sparse="rlx2").validate(host_spec("gym:Walker2d-v5"))
+    assert (r.nstep, r.dynamic_buffer, r.actor_sparsity, r.critic_sparsity) == (3, True, 0.9, 0.9)
     assert get_algorithm("sac") is sac
 
 
 def test_every_config_field_has_a_docstring():
-    body = ast.parse(textwrap.dedent(inspect.getsource(sac.Config))).body[0].body
-    documented = {
-        stmt.target.id
-        for stmt, nxt in zip(body, body[1:])
-        if isinstance(stmt, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-    }
-    assert documented == {f.name for f in dataclasses.fields(sac.Config)}
+    documented = set()
+    for cls in sac.Config.__mro__[:-1]:  # the algorithm's fields and the shared off-policy ones
+        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+        documented |= {
+            stmt.target.id
+            for stmt, nxt in zip(body, body[1:])
+            if isinstance(stmt, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+        }
+    assert {f.name for f in dataclasses.fields(sac.Config)} <= documented
 
 
 # ---- the training loop -------------------------------------------------------------------------
 
 # One env, a wrapping buffer, the n-step switch, and the paper's pop-until-below rule with the L2 distance.
 SMALL = sac.Config(
-    total_timesteps=600, learning_starts=100, batch_size=32, hidden=(32, 32), nstep=3, nstep_delay_fraction=0.5,
+    total_timesteps=600, learning_starts=100, batch_size=32, hidden=(32, 32), nstep=3, dynamic_buffer=True, nstep_delay_fraction=0.5,
     buffer_max_size=400, buffer_min_size=100, buffer_check_interval=50, buffer_num_oldest=32,
     buffer_threshold=0.3, buffer_shrink="until_below", buffer_distance="l2",
 )
@@ -198,17 +203,17 @@ def test_vmapped_seeds_equal_separate_runs_and_differ(small_runs):
             tol = 0.0 if exact else 2e-3
             np.testing.assert_allclose(np.asarray(metrics[name][i]), np.asarray(m[name]), rtol=tol, atol=tol, err_msg=name)
         np.testing.assert_allclose(
-            np.asarray(states.buffer.storage.action[i]), np.asarray(state.buffer.storage.action), atol=2e-3
+            np.asarray(states.learner.buffer.storage.action[i]), np.asarray(state.learner.buffer.storage.action), atol=2e-3
         )
-        np.testing.assert_array_equal(np.asarray(states.gradient_steps[i]), np.asarray(state.gradient_steps))
-    k0 = jax.tree.leaves(states.actor_params)[0]
+        np.testing.assert_array_equal(np.asarray(states.learner.gradient_steps[i]), np.asarray(state.learner.gradient_steps))
+    k0 = jax.tree.leaves(states.learner.agent.actor)[0]
     assert not np.allclose(np.asarray(k0[0]), np.asarray(k0[1]))
 
 
 def test_training_loop_counters_nstep_switch_temperature_and_buffer(small_runs):
     algo, _, _, (states, metrics) = small_runs
     assert algo.env_steps_per_update == 1 and algo.num_updates == 600
-    np.testing.assert_array_equal(np.asarray(states.gradient_steps), 500)
+    np.testing.assert_array_equal(np.asarray(states.learner.gradient_steps), 500)
     critic_loss = np.asarray(metrics["critic_loss"])
     assert np.all(critic_loss[:, :100] == 0.0) and np.all(critic_loss[:, 100:] > 0.0)
     nstep_metric = np.asarray(metrics["nstep"][0])  # gradient step j = u − 99 uses n = 3 from j = 300
@@ -224,7 +229,7 @@ def test_training_loop_counters_nstep_switch_temperature_and_buffer(small_runs):
 def test_behaviour_is_the_mean_action_after_warmup(small_runs):
     """RLx2's SAC collects data with tanh(μ(s)): stored action == reference action after warm-up."""
     _, _, _, (states, _) = small_runs
-    buf = jax.tree.map(lambda x: np.asarray(x[0]), states.buffer)
+    buf = jax.tree.map(lambda x: np.asarray(x[0]), states.learner.buffer)
     np.testing.assert_allclose(buf.storage.action, buf.storage.reference_action)  # all 400 slots are post-warm-up
 
 
@@ -245,9 +250,9 @@ def test_brax_smoke_with_sampled_behaviour():
                         behaviour="sample")
     t0 = time.time()
     state, metrics = jax.jit(sac.make_train(config, env))(jax.random.key(0))
-    assert int(state.gradient_steps) == 32
+    assert int(state.learner.gradient_steps) == 32
     assert np.all(np.isfinite(np.asarray(metrics["critic_loss"])))
-    storage = jax.tree.map(np.asarray, state.buffer.storage)
+    storage = jax.tree.map(np.asarray, state.learner.buffer.storage)
     assert not np.allclose(storage.action[16:48], storage.reference_action[16:48])
     print(f"SAC brax:inverted_pendulum smoke: {time.time() - t0:.1f} s including compilation")
 
@@ -266,7 +271,7 @@ def test_sac_learns_pendulum(pendulum):
     Measured on the shared 2-core CPU: eval mean −167 for seed 0 (seeds 1-3: −163 to −188; training
     episodes ≈ −100 to −170 from 4k env steps on); 51-105 s depending on the load. Threshold −400.
     """
-    config = sac.Config(total_timesteps=10_000, learning_starts=1_000, buffer_min_size=5_000,
+    config = sac.Config(total_timesteps=10_000, learning_starts=1_000, nstep=3, dynamic_buffer=True, buffer_min_size=5_000,
                         buffer_check_interval=2_000)
     algo = sac.make_algorithm(config, pendulum)
     state, metrics = jax.jit(make_train_fn(algo))(jax.random.key(0))

@@ -17,7 +17,7 @@ import pytest
 from sparqrl.algos import evaluate, get_algorithm, td3
 from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM, make_train_fn
 from sparqrl.config import ConfigError
-from sparqrl.envs import make_env
+from sparqrl.envs import host_spec, make_env
 
 # ---- math against NumPy ----------------------------------------------------------------------
 
@@ -93,12 +93,12 @@ def pendulum():
         ({"batch_size": -1}, r"batch_size=-1 .*> 0"),
         ({"actor_lr": 0.0}, r"actor_lr=0.0 .*> 0"),
         ({"critic_lr": -1e-3}, r"critic_lr=-0.001 .*> 0"),
-        ({"nstep": 0}, r"nstep=0 .*> 0"),
+        ({"nstep": 0}, r"nstep=0 .*>= 1"),
         ({"policy_delay": 0}, r"policy_delay=0 .*> 0"),
-        ({"buffer_min_size": 2_000_000}, r"buffer_min_size=2000000 .*<= buffer_max_size \(1000000\)"),
+        ({"buffer_min_size": 2_000_000, "dynamic_buffer": True}, r"buffer_min_size=2000000 .*<= buffer_max_size \(1000000\)"),
         ({"buffer_max_size": 0}, r"buffer_max_size=0 .*> 0"),
-        ({"buffer_min_size": 100}, r"buffer_min_size=100 .*>= max\(batch_size, 2·nstep·num_envs\) = 256"),
-        ({"buffer_max_size": 2, "buffer_min_size": 1, "buffer_num_oldest": 1}, r"buffer_max_size=2 .*n-step window"),
+        ({"buffer_min_size": 100, "dynamic_buffer": True}, r"buffer_min_size=100 .*>= max\(batch_size, 2·nstep·num_envs\) = 256"),
+        ({"buffer_max_size": 2, "buffer_min_size": 1, "buffer_num_oldest": 1, "nstep": 3}, r"buffer_max_size=2 .*n-step window"),
         ({"buffer_num_oldest": 10**7}, r"buffer_num_oldest=10000000 .*<= buffer_max_size"),
         ({"buffer_check_interval": 0}, r"buffer_check_interval=0 .*> 0"),
         ({"buffer_threshold": 0.0}, r"buffer_threshold=0.0 .*> 0"),
@@ -113,9 +113,11 @@ def pendulum():
         ({"target_noise_clip": -1.0}, r"target_noise_clip=-1.0 .*>= 0"),
         ({"hidden": ()}, r"hidden=\(\) .*non-empty"),
         ({"activation": "gelu"}, r"activation='gelu' .*relu, tanh"),
-        ({"topology": "snip"}, r"topology='snip' .*static, set, rigl"),
-        ({"actor_sparsity": 1.0}, r"actor_sparsity=1.0 .*\[0, 1\)"),
-        ({"critic_sparsity": 0.9}, r"critic_sparsity=0.9 .*not wired"),
+        ({"sparse": "snip"}, r"sparse='snip' .*dense, tiny, ss, set, rigl, rlx2"),
+        ({"sparse": "rigl", "actor_sparsity": 1.0, "critic_sparsity": 0.5}, r"actor_sparsity=1.0 .*\[0, 1\)"),
+        ({"sparse": "rlx2"}, r"actor_sparsity=None .*must be given for env 'Pendulum-v1'.*halfcheetah, hopper"),
+        ({"sparse": "ss", "actor_sparsity": 0.9}, r"critic_sparsity=None .*must be given"),
+        ({"critic_sparsity": 0.9}, r"critic_sparsity=0.9 .*sparse=dense"),
     ],
 )
 def test_config_validate_names_field_value_and_allowed(pendulum, changes, pattern):
@@ -135,30 +137,37 @@ def test_config_defaults_are_rlx2s_and_derived_values(pendulum):
     c = td3.Config().validate(pendulum)
     assert (c.hidden, c.batch_size, c.actor_lr, c.critic_lr, c.tau, c.gamma) == ((256, 256), 256, 3e-4, 3e-4, 0.005, 0.99)
     assert (c.policy_delay, c.exploration_noise, c.target_noise, c.target_noise_clip) == (2, 0.1, 0.2, 0.5)
-    assert (c.nstep, c.nstep_delay, c.learning_starts, c.num_envs) == (3, 300_000, 25_000, 1)
+    assert (c.sparse, c.nstep, c.dynamic_buffer, c.actor_sparsity, c.critic_sparsity) == ("dense", 1, False, 0.0, 0.0)
+    assert (c.nstep_delay, c.learning_starts, c.num_envs) == (300_000, 25_000, 1)
     assert (c.buffer_max_size, c.buffer_min_size, c.num_oldest, c.buffer_threshold) == (1_000_000, 100_000, 2048, 0.2)
     assert (c.buffer_shrink, c.buffer_distance, c.buffer_check_interval) == ("tenth", "half_mse", 10_000)
     assert c.num_updates == 3_000_000 and c.buffer_capacity == 1_000_000
     assert dataclasses.replace(c, total_timesteps=20_000).buffer_capacity == 20_000
     assert dataclasses.replace(c, total_timesteps=20_000).nstep_delay == 2_000  # scales with the budget
     assert get_algorithm("td3") is td3
+    # rlx2 on a paper environment: the delayed 3-step target, the dynamic buffer, Table 2's sparsities.
+    r = td3.Config(sparse="rlx2").validate(host_spec("gym:Hopper-v5"))
+    assert (r.nstep, r.dynamic_buffer, r.actor_sparsity, r.critic_sparsity) == (3, True, 0.98, 0.95)
+    assert td3.Config(sparse="set", nstep=3).validate(host_spec("gym:Ant-v5")).nstep == 3
 
 
 def test_every_config_field_has_a_docstring():
-    body = ast.parse(textwrap.dedent(inspect.getsource(td3.Config))).body[0].body
-    documented = {
-        stmt.target.id
-        for stmt, nxt in zip(body, body[1:])
-        if isinstance(stmt, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-    }
-    assert documented == {f.name for f in dataclasses.fields(td3.Config)}
+    documented = set()
+    for cls in td3.Config.__mro__[:-1]:  # the algorithm's fields and the shared off-policy ones
+        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+        documented |= {
+            stmt.target.id
+            for stmt, nxt in zip(body, body[1:])
+            if isinstance(stmt, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+        }
+    assert {f.name for f in dataclasses.fields(td3.Config)} <= documented
 
 
 # ---- the training loop -------------------------------------------------------------------------
 
 # Two envs, a wrapping buffer, the n-step switch half-way, and a dynamic buffer that really shrinks.
 SMALL = td3.Config(
-    total_timesteps=800, num_envs=2, learning_starts=200, batch_size=32, hidden=(32, 32), nstep=3,
+    total_timesteps=800, num_envs=2, learning_starts=200, batch_size=32, hidden=(32, 32), nstep=3, dynamic_buffer=True,
     nstep_delay_fraction=0.5, buffer_max_size=600, buffer_min_size=100, buffer_check_interval=100,
     buffer_num_oldest=64, buffer_threshold=0.02,
 )
@@ -191,18 +200,18 @@ def test_vmapped_seeds_equal_separate_runs_and_differ(small_runs):
             tol = 0.0 if exact else 2e-3
             np.testing.assert_allclose(np.asarray(metrics[name][i]), np.asarray(m[name]), rtol=tol, atol=tol, err_msg=name)
         np.testing.assert_allclose(
-            np.asarray(states.buffer.storage.action[i]), np.asarray(state.buffer.storage.action), atol=2e-3
+            np.asarray(states.learner.buffer.storage.action[i]), np.asarray(state.learner.buffer.storage.action), atol=2e-3
         )
-        np.testing.assert_array_equal(np.asarray(states.gradient_steps[i]), np.asarray(state.gradient_steps))
-    k0 = jax.tree.leaves(states.actor_params)[0]
+        np.testing.assert_array_equal(np.asarray(states.learner.gradient_steps[i]), np.asarray(state.learner.gradient_steps))
+    k0 = jax.tree.leaves(states.learner.agent.actor)[0]
     assert not np.allclose(np.asarray(k0[0]), np.asarray(k0[1]))
 
 
 def test_training_loop_counters_nstep_switch_and_dynamic_buffer(small_runs):
     algo, _, _, (states, metrics) = small_runs
     assert algo.env_steps_per_update == 2 and algo.num_updates == 400
-    np.testing.assert_array_equal(np.asarray(states.env_steps), 800)
-    np.testing.assert_array_equal(np.asarray(states.gradient_steps), 600)  # one per env step from step 200
+    np.testing.assert_array_equal(np.asarray(states.learner.env_steps), 800)
+    np.testing.assert_array_equal(np.asarray(states.learner.gradient_steps), 600)  # one per env step from step 200
     critic_loss = np.asarray(metrics["critic_loss"])
     assert np.all(critic_loss[:, :100] == 0.0) and np.all(critic_loss[:, 100:] > 0.0)
     # Gradient step j uses n = 3 from j = nstep_delay = 400 on: update u holds steps 2(u−100)+1, +2.
@@ -223,7 +232,7 @@ def test_training_loop_counters_nstep_switch_and_dynamic_buffer(small_runs):
 def test_stored_next_obs_is_the_pre_reset_final_obs(small_runs):
     """Within a stream, next_obs[i] == obs[i+1] except where an episode was truncated (auto-reset)."""
     _, _, _, (states, _) = small_runs
-    buf = jax.tree.map(lambda x: np.asarray(x[0]), states.buffer)
+    buf = jax.tree.map(lambda x: np.asarray(x[0]), states.learner.buffer)
     cap, size = buf.storage.obs.shape[0], int(buf.size)
     slots = (int(buf.insert_pos) - size + np.arange(size)) % cap
     obs, next_obs, trunc = buf.storage.obs[slots], buf.storage.next_obs[slots], buf.storage.truncated[slots]
@@ -250,7 +259,7 @@ def test_brax_smoke():
                         buffer_min_size=8, buffer_check_interval=16, buffer_num_oldest=8, nstep_delay_fraction=0.5)
     t0 = time.time()
     state, metrics = jax.jit(td3.make_train(config, env))(jax.random.key(0))
-    assert int(state.gradient_steps) == 32 and int(state.env_steps) == 48
+    assert int(state.learner.gradient_steps) == 32 and int(state.learner.env_steps) == 48
     assert np.all(np.isfinite(np.asarray(metrics["critic_loss"])))
     print(f"TD3 brax:inverted_pendulum smoke: {time.time() - t0:.1f} s including compilation")
 
@@ -268,7 +277,7 @@ def test_td3_learns_pendulum(pendulum):
     Measured on the shared 2-core CPU: eval mean −161 for seed 0 (seeds 1-3: −165 to −168; training
     episodes ≈ −120 to −180 from 5k env steps on); 43-85 s depending on the load. Threshold −400.
     """
-    config = td3.Config(total_timesteps=12_000, learning_starts=1_000, buffer_min_size=5_000,
+    config = td3.Config(total_timesteps=12_000, learning_starts=1_000, nstep=3, dynamic_buffer=True, buffer_min_size=5_000,
                         buffer_check_interval=2_000)
     algo = td3.make_algorithm(config, pendulum)
     state, metrics = jax.jit(make_train_fn(algo))(jax.random.key(0))

@@ -35,6 +35,8 @@ class Algorithm(NamedTuple):
     act: Callable[[Any, jax.Array, jax.Array], jax.Array]
     env_steps_per_update: int
     num_updates: int
+    summary: dict[str, Any] = {}
+    """Static facts for summary.json (e.g. a sparse run's sparsities and size/FLOPs ratios)."""
 
 
 def make_train_fn(algo: Algorithm) -> Callable[[jax.Array], tuple[Any, dict[str, jax.Array]]]:

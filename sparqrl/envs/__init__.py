@@ -1,6 +1,8 @@
-"""Environments: gymnax ids run on device, `brax:NAME` runs Brax on device.
+"""Environments: gymnax ids run on device, `brax:NAME` runs Brax on device, `gym:ID` runs
+Gymnasium on the host.
 
-`make_env(name)` returns an `Env` wrapped with episode statistics. An unknown name is a
+`make_env(name)` returns a device `Env` wrapped with episode statistics; a host env is described by
+`host_spec(name)` and stepped by `HostVecEnv` in the actor-learner runner. An unknown name is a
 `ConfigError` that lists the close matches.
 """
 
@@ -8,12 +10,13 @@ from __future__ import annotations
 
 from sparqrl.config import ConfigError, close_matches
 from sparqrl.envs.core import Box, Discrete, Env, Space, StepOut, action_dim, is_discrete
+from sparqrl.envs.gym_env import HostSpec, HostStep, HostVecEnv, evaluate_host, gym_names, host_spec, is_host_env
 from sparqrl.envs.wrappers import EpisodeStats, RunningStats, normalize, running_stats_init, running_stats_update
 
 __all__ = [
-    "Box", "Discrete", "Env", "EpisodeStats", "RunningStats", "Space", "StepOut", "action_dim",
-    "env_names", "is_discrete", "make_env", "normalize", "running_stats_init", "running_stats_update",
-    "validate_env_name",
+    "Box", "Discrete", "Env", "EpisodeStats", "HostSpec", "HostStep", "HostVecEnv", "RunningStats", "Space",
+    "StepOut", "action_dim", "env_names", "evaluate_host", "host_spec", "is_discrete", "is_host_env",
+    "make_env", "normalize", "running_stats_init", "running_stats_update", "validate_env_name",
 ]
 
 BRAX_NAMES = (
@@ -25,7 +28,7 @@ BRAX_NAMES = (
 def env_names() -> list[str]:
     import gymnax
 
-    return list(gymnax.registered_envs) + [f"brax:{n}" for n in BRAX_NAMES]
+    return list(gymnax.registered_envs) + [f"brax:{n}" for n in BRAX_NAMES] + gym_names()
 
 
 def validate_env_name(name: str) -> None:
@@ -36,8 +39,13 @@ def validate_env_name(name: str) -> None:
 
 
 def make_env(name: str) -> Env:
-    """Build the environment `name` with episode statistics."""
+    """Build the device environment `name` with episode statistics."""
     validate_env_name(name)
+    if is_host_env(name):
+        raise ConfigError(
+            f"env={name!r} is a host (Gymnasium) environment: it runs through the actor-learner "
+            "runner (HostVecEnv), not make_env, which builds device environments only"
+        )
     if name.startswith("brax:"):
         from sparqrl.envs.brax_env import make_brax
 

@@ -152,13 +152,13 @@ def _build(algo: Algorithm, env: Env, run: RunConfig, sharding: NamedSharding, k
     return _Compiled(init, chunk, evaluate_c, time.perf_counter() - start)
 
 
-def _prepare(algo_name: str, algo_config: Any, run: RunConfig) -> tuple[Any, Env]:
+def _prepare(algo_name: str, algo_config: Any, run: RunConfig) -> tuple[Any, Any, Env]:
     """Every check that can fail on user input, before anything is compiled or written."""
     module = get_algorithm(algo_name)
     run.validate()
     env = make_env(run.env)
-    algo_config.validate(env)
-    return module, env
+    algo_config = algo_config.validate(env)  # resolved for the env (e.g. a sparse preset's sparsities)
+    return module, algo_config, env
 
 
 def _save_config(out: Path, algo_name: str, algo_config: Any, run: RunConfig) -> None:
@@ -176,7 +176,7 @@ def load_config(out: Path) -> tuple[str, Any, RunConfig]:
 
 def train(algo_name: str, algo_config: Any, run: RunConfig, *, on_chunk: Callable[[int], None] | None = None) -> dict:
     """Train from scratch; returns the summary (also written to `run.out/summary.json`)."""
-    module, env = _prepare(algo_name, algo_config, run)
+    module, algo_config, env = _prepare(algo_name, algo_config, run)
     out = Path(run.out)
     if out.exists() and any(out.iterdir()):
         cfg.require(
@@ -193,7 +193,7 @@ def resume(out_dir: str | Path, *, on_chunk: Callable[[int], None] | None = None
     """Continue the run in `out_dir` from its last checkpoint, with its saved configuration."""
     out = Path(out_dir)
     algo_name, algo_config, run = load_config(out)
-    module, env = _prepare(algo_name, algo_config, run)
+    module, algo_config, env = _prepare(algo_name, algo_config, run)
     return _loop(module, algo_name, algo_config, run, env, out, resume_meta={}, on_chunk=on_chunk)
 
 
@@ -304,6 +304,7 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
         "compile_time_s": compile_time,
         "device": _device_name(),
         "devices_used": len(sharding.mesh.devices.flat),
+        **algo.summary,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     plot_returns(out / "metrics.csv", out / "returns.png", f"{algo_name} on {run.env}, {run.seeds} seed(s)")
@@ -327,7 +328,7 @@ def _device_name() -> str:
 def load_state(out: Path) -> tuple[str, Any, RunConfig, Env, Algorithm, Any]:
     """The saved run in `out`: its configs, environment, algorithm and last checkpointed state."""
     algo_name, algo_config, run = load_config(out)
-    module, env = _prepare(algo_name, algo_config, run)
+    module, algo_config, env = _prepare(algo_name, algo_config, run)
     algo = module.make_algorithm(algo_config, env)
     keys = jax.random.split(jax.random.PRNGKey(run.seed), run.seeds)
     abstract = jax.eval_shape(jax.vmap(algo.init), keys)

@@ -11,6 +11,9 @@ Parts, each a small set of pure functions:
 * `topology`   — SET/RigL drop and grow, cosine drop fraction, ``TopologySchedule``.
 * `optim`      — ``masked(inner, masks)`` optax wrapper (pruned weights stay exactly 0; masks
                  in its state), ``get_masks``/``set_masks``, ``topology_step``, ``apply_gradients``.
+* `trainer`    — ``NetTraining``: one network's optimizer + sparsity + schedule (init, step,
+                 masked Polyak, counts), the one entry point algorithms use; ``matching_width``
+                 for the Tiny baseline.
 * `accounting` — parameter counts, size ratio, training/inference FLOPs ratios (RLx2 Table 2).
 
 Bad values (sparsity outside [0, 1), unknown allocation/init/method names, bad schedule fields)
@@ -60,6 +63,7 @@ from sparqrl.sparse.optim import (
     topology_step,
 )
 from sparqrl.sparse.paths import is_any_kernel, is_dense_kernel, path_str, sparse_leaves
+from sparqrl.sparse.trainer import NetTraining, matching_width
 from sparqrl.sparse.topology import (
     TOPOLOGY_METHODS,
     TopologySchedule,
@@ -78,6 +82,7 @@ __all__ = [
     "TOPOLOGY_METHODS",
     "LayerAllocation",
     "MaskedState",
+    "NetTraining",
     "ParamCount",
     "SparseStep",
     "TopologySchedule",
@@ -106,6 +111,7 @@ __all__ = [
     "layer_sparsity",
     "masked",
     "masked_polyak",
+    "matching_width",
     "maybe_update_topology",
     "n_prune",
     "path_str",

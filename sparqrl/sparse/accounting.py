@@ -132,16 +132,21 @@ def inference_flops_ratio(policy: ParamCount, uses: Mapping[str, int] | None = N
 
 
 def summary(counts: Mapping[str, ParamCount], *, acting: str, train_weights: Mapping[str, float],
-            stored: Sequence[str] | None = None) -> dict[str, Any]:
+            stored: Sequence[str] | None = None, dense: Mapping[str, ParamCount] | None = None) -> dict[str, Any]:
     """The sparse fields of ``summary.json`` from named network counts.
 
     counts: {'actor': ..., 'critic': ...}; acting: the name of the network that acts;
     train_weights: c_n per name; stored: the names to count in the size ratio, repeated for target
-    copies (default: every name once). Returns ``{NAME_sparsity, size_ratio, train_flops_ratio,
-    infer_flops_ratio}``.
+    copies (default: every name once); dense: the counts of the dense networks the ratios are
+    against, when they differ in shape from `counts` (a narrower "Tiny" network; default: the dense
+    versions of `counts` themselves). Returns ``{NAME_sparsity, size_ratio, train_flops_ratio,
+    infer_flops_ratio}``; NAME_sparsity is 1 - active weights / dense weights.
     """
-    out: dict[str, Any] = {f"{k}_sparsity": v.weight_sparsity for k, v in counts.items()}
-    out["size_ratio"] = size_ratio([counts[k] for k in (stored if stored is not None else counts)])
-    out["train_flops_ratio"] = train_flops_ratio([(counts[k], c) for k, c in train_weights.items()])
-    out["infer_flops_ratio"] = inference_flops_ratio(counts[acting])
+    dense = counts if dense is None else dense
+    names = list(stored if stored is not None else counts)
+    out: dict[str, Any] = {f"{k}_sparsity": 1.0 - v.active_weights / dense[k].total_weights for k, v in counts.items()}
+    out["size_ratio"] = sum(counts[k].active_weights for k in names) / sum(dense[k].total_weights for k in names)
+    out["train_flops_ratio"] = (sum(c * counts[k].flops()[1] for k, c in train_weights.items())
+                                / sum(c * dense[k].flops()[0] for k, c in train_weights.items()))
+    out["infer_flops_ratio"] = counts[acting].flops()[1] / dense[acting].flops()[0]
     return out

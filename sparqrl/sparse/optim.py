@@ -26,9 +26,8 @@ Typical use (TD3 critic, masks in the optimizer state)::
     params, opt_state = step.params, step.opt_state
     target = masked_polyak(params, target, tau, get_masks(opt_state))
 
-Performance note: ``lax.cond`` on a *batched* predicate becomes a select that runs both branches,
-so under ``vmap`` over seeds keep the step counter unbatched (e.g. the scan index, or vmap with
-``in_axes=None`` for it); otherwise the sort-based topology update runs at every iteration.
+Under ``vmap`` over seeds the gates are `sparqrl.lockstep.lockstep_cond`s: a batched step counter
+(seeds in lockstep) still skips the sort-based topology update on the iterations that do not update.
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from sparqrl.lockstep import lockstep_cond
 from sparqrl.sparse.masks import MaskTree, Params, is_sparse
 from sparqrl.sparse.topology import TopologySchedule, update_topology
 
@@ -163,13 +163,18 @@ def topology_step(
         return SparseStep(params, opt_state, jnp.zeros((), bool))
     updated = schedule.should_update(step)
 
-    def update() -> tuple[Params, optax.OptState]:
+    def update(operand: tuple) -> tuple[Params, optax.OptState]:
+        key, step, params, opt_state, dense_grads = operand
         new_params, masks = update_topology(
             key, params, get_masks(opt_state), dense_grads, schedule.drop_fraction(step), schedule.method
         )
         return new_params, set_masks(opt_state, masks, reset_changed=schedule.reset_moments_on_grow)
 
-    new_params, new_state = jax.lax.cond(updated, update, lambda: (params, opt_state))
+    def keep(operand: tuple) -> tuple[Params, optax.OptState]:
+        return operand[2], operand[3]
+
+    operand = (key, jnp.asarray(step), params, opt_state, dense_grads)
+    new_params, new_state = lockstep_cond(updated, update, keep, operand)
     return SparseStep(new_params, new_state, updated)
 
 
@@ -193,12 +198,14 @@ def apply_gradients(
     """
     params, opt_state, updated = topology_step(key, step, params, opt_state, grads, schedule)
 
-    def optimize() -> tuple[Params, optax.OptState]:
+    def optimize(operand: tuple) -> tuple[Params, optax.OptState]:
+        params, opt_state, grads = operand
         updates, new_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), new_state
 
+    operand = (params, opt_state, grads)
     if schedule.skip_step_on_update and schedule.method != "static":
-        params, opt_state = jax.lax.cond(updated, lambda: (params, opt_state), optimize)
+        params, opt_state = lockstep_cond(updated, lambda op: (op[0], op[1]), optimize, operand)
     else:
-        params, opt_state = optimize()
+        params, opt_state = optimize(operand)
     return SparseStep(params, opt_state, updated)

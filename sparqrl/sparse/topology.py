@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 
 from sparqrl.config import in_unit_interval, one_of, positive, require
+from sparqrl.lockstep import lockstep_cond
 from sparqrl.sparse.masks import MaskTree, Params, is_sparse, top_k_mask, uniform_scores
 
 TOPOLOGY_METHODS = ("rigl", "set", "static")
@@ -189,9 +190,11 @@ def maybe_update_topology(
     if schedule.method == "static":
         return params, masks, jnp.zeros((), bool)
     updated = schedule.should_update(step)
-    params, masks = jax.lax.cond(
-        updated,
-        lambda: update_topology(key, params, masks, dense_grads, schedule.drop_fraction(step), schedule.method),
-        lambda: (params, masks),
-    )
+
+    def update(operand: tuple) -> tuple[Params, MaskTree]:
+        key, step, params, masks, dense_grads = operand
+        return update_topology(key, params, masks, dense_grads, schedule.drop_fraction(step), schedule.method)
+
+    operand = (key, jnp.asarray(step), params, masks, dense_grads)
+    params, masks = lockstep_cond(updated, update, lambda op: (op[2], op[3]), operand)
     return params, masks, updated

@@ -86,8 +86,9 @@ class Config:
     def num_optimizer_steps(self) -> int:
         return self.num_updates * self.update_epochs * self.num_minibatches
 
-    def validate(self, env: Any) -> None:
-        """Raise `ConfigError` for a bad value; runs on the host, before anything is traced."""
+    def validate(self, env: Any) -> "Config":
+        """Raise `ConfigError` for a bad value; runs on the host, before anything is traced. Returns self
+        (the config as the run records it; PPO has no env-dependent defaults)."""
         for name in ("total_timesteps", "num_envs", "num_steps", "update_epochs", "num_minibatches"):
             value = getattr(self, name)
             require(isinstance(value, numbers.Integral) and not isinstance(value, bool), name, value, "must be an integer")
@@ -124,3 +125,4 @@ class Config:
             getattr(env, "name", env),
             "PPO needs a Discrete or Box action space",
         )
+        return self

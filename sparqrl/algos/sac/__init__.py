@@ -1,19 +1,20 @@
-"""SAC (Haarnoja et al. 2018, learned temperature) with RLx2's delayed multi-step target and dynamic-capacity
-replay (Tan et al. 2023)."""
+"""SAC (Haarnoja et al. 2018, learned temperature), dense or sparse, with RLx2's delayed multi-step target
+and dynamic-capacity replay (Tan et al. 2023)."""
 
 from __future__ import annotations
 
+from sparqrl.algos.offpolicy.loop import Transition
 from sparqrl.algos.sac.config import Config
 from sparqrl.algos.sac.losses import (
     actor_loss, bounded_log_std, critic_loss, sample_squashed_gaussian, squashed_gaussian_log_prob,
     temperature_loss,
 )
 from sparqrl.algos.sac.train import (
-    Actor, Networks, SACState, Transition, TwinCritic, make_algorithm, make_networks, make_optimizer, make_train,
+    Actor, Networks, SACAgent, TwinCritic, make_agent, make_algorithm, make_networks, make_offpolicy, make_train,
 )
 
 __all__ = [
-    "Actor", "Config", "Networks", "SACState", "Transition", "TwinCritic", "actor_loss", "bounded_log_std",
-    "critic_loss", "make_algorithm", "make_networks", "make_optimizer", "make_train", "sample_squashed_gaussian",
-    "squashed_gaussian_log_prob", "temperature_loss",
+    "Actor", "Config", "Networks", "SACAgent", "Transition", "TwinCritic", "actor_loss", "bounded_log_std",
+    "critic_loss", "make_agent", "make_algorithm", "make_networks", "make_offpolicy", "make_train",
+    "sample_squashed_gaussian", "squashed_gaussian_log_prob", "temperature_loss",
 ]

@@ -1,27 +1,23 @@
-"""SAC as an `Algorithm`: squashed-Gaussian policy, twin critics, learned temperature, n-step replay windows.
+"""SAC as an `Agent` of the shared off-policy loop (`sparqrl.algos.offpolicy.loop`), dense or sparse.
 
 Haarnoja et al. 2018 (SAC with automatic entropy tuning) with RLx2's settings (Tan et al., ICLR 2023;
-`rlx2.md` §4-§6). One `update`:
+`rlx2.md` §4-§7). Behaviour: the mean action tanh(μ(s)) (RLx2's code; `behaviour="sample"` draws
+a ~ π(·|s)); the loop maps it to the env's bounds and takes uniform random actions during warm-up.
+One gradient step on a batch of n-step windows:
 
-1. acts in every environment: uniform random actions for the first `learning_start_step` env steps,
-   then the mean action tanh(μ(s)) (RLx2's code; `behaviour="sample"` draws a ~ π(·|s)), in the
-   normalised box, mapped to the env's [low, high];
-2. stores one ring slot holding the step of all environments (obs, action, reward, the pre-reset
-   final_obs, terminated, truncated, and the reference action ā = tanh(μ(s)) for the dynamic buffer);
-3. if a `buffer_check_interval` of env steps ended, checks the dynamic-capacity buffer (`replay.dynamic`);
-4. takes one gradient step per env step past `learning_start_step`: the critic on the (delayed)
-   n-step soft target of a sampled window (fresh actions of the current policy at every next state of
-   the window, `sparqrl.returns.nstep_soft_q_target`); then, every `actor_update_interval` steps, the
-   actor (against the just-updated critic) and the temperature; then, every `target_update_interval`
-   steps, a Polyak update of the target critic. SAC has no actor target.
+1. the critic on the (delayed) n-step soft target, with fresh actions of the current policy at every
+   next state of the window (`returns.nstep_soft_q_target`);
+2. every `actor_update_interval` steps, the actor (against the just-updated critic) and the temperature;
+3. every `target_update_interval` steps, a Polyak update of the target critic. SAC has no actor target.
 
-Gradient step j (1-based, the reference's `total_it`) uses the n-step target once j >= nstep_delay.
-The gates are `replay.dynamic.lockstep_cond`s: under vmap over seeds (whose counters move in lockstep)
-a skipped branch still costs nothing.
+Sparse methods change only how each network is trained (`sparse.NetTraining`) or, for tiny, its widths.
+The critic's RigL grow score is the critic-loss gradient (RLx2's code also adds the previous
+iteration's actor-loss gradient w.r.t. the critic, quirk 6; not reproduced).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, NamedTuple
 
 import flax.linen as nn
@@ -30,46 +26,29 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from sparqrl import replay, returns
-from sparqrl.algos.base import Algorithm, episode_metrics, make_train_fn
+from sparqrl import returns
+from sparqrl.algos.base import Algorithm, make_train_fn
+from sparqrl.algos.offpolicy import loop
+from sparqrl.algos.offpolicy.loop import OffPolicy, Transition
 from sparqrl.algos.sac.config import Config
 from sparqrl.algos.sac.losses import (
     actor_loss, bounded_log_std, critic_loss, sample_squashed_gaussian, temperature_loss,
 )
 from sparqrl.envs import Env, action_dim
+from sparqrl.lockstep import lockstep_cond
 from sparqrl.nets.modules import ACTIVATIONS, sequential_under_vmap
-from sparqrl.replay import dynamic, nstep
 
 
-class Transition(NamedTuple):
-    """One ring slot: one env step of all S = num_envs environments (every field has a leading [S])."""
+class SACAgent(NamedTuple):
+    """SAC's networks, target critic, temperature and optimizer states (masks live in the optimizer states)."""
 
-    obs: jax.Array  # [S, *obs_shape]
-    action: jax.Array  # [S, |A|], normalised to [-1, 1]
-    reward: jax.Array  # [S]
-    next_obs: jax.Array  # [S, *obs_shape], the env's final_obs: pre-reset, so truncation can bootstrap
-    terminated: jax.Array  # bool [S]: cuts the bootstrap
-    truncated: jax.Array  # bool [S]: time limit; the n-step return stops here and bootstraps
-    reference_action: jax.Array  # [S, |A|]: tanh(μ(s)) (the random action in warm-up), RLx2's ā
-
-
-class SACState(NamedTuple):
-    """The full training state of one seed."""
-
-    actor_params: Any
-    critic_params: Any
-    critic_target_params: Any
+    actor: Any
+    critic: Any
+    critic_target: Any
     log_alpha: jax.Array  # float32 []
-    actor_opt_state: optax.OptState
-    critic_opt_state: optax.OptState
-    alpha_opt_state: optax.OptState
-    buffer: replay.BufferState  # of Transition
-    env_state: Any  # [num_envs]
-    obs: jax.Array  # [num_envs, *obs_shape]
-    key: jax.Array
-    env_steps: jax.Array  # int32 [], summed over environments
-    gradient_steps: jax.Array  # int32 [] (training iterations)
-    buffer_distance: jax.Array  # float32 [], the dynamic buffer's D at its latest check
+    actor_opt: optax.OptState
+    critic_opt: optax.OptState
+    alpha_opt: optax.OptState
 
 
 # ---- networks ------------------------------------------------------------------------------
@@ -137,296 +116,181 @@ class Networks(NamedTuple):
     critic: TwinCritic
 
 
-def make_networks(config: Config, env: Env) -> Networks:
-    """The actor and twin critic for `env` (dense now; RLx2's sparse masks are to be added here by config)."""
+class Networks(NamedTuple):
+    actor: Actor
+    critic: TwinCritic
+
+
+def make_networks(config: Config, env: Any) -> Networks:
+    """The actor and twin critic for `env`; tiny narrows them to the sparse networks' weight counts."""
     obs_ndim = len(env.observation_shape)
-    hidden = tuple(config.hidden)
-    return Networks(
-        actor=Actor(action_dim(env), hidden, config.activation, obs_ndim, config.log_std_min, config.log_std_max),
-        critic=TwinCritic(hidden, config.activation, obs_ndim),
-    )
-
-
-def make_optimizer(config: Config, lr: float) -> optax.GradientTransformation:
-    """Adam (RLx2: 3e-4 for actor, critic and log α). Sparse training will chain its mask transform here."""
-    del config
-    return optax.adam(lr)
-
-
-def action_scaling(env: Env) -> tuple[np.ndarray, np.ndarray]:
-    """(center, half_range) [|A|]: env action = center + half_range · a for a in [-1, 1]."""
-    low = np.asarray(env.action_space.low, np.float32)
-    high = np.asarray(env.action_space.high, np.float32)
-    return (high + low) / 2.0, (high - low) / 2.0
-
-
-# ---- the algorithm -------------------------------------------------------------------------
-
-
-class _Learner(NamedTuple):
-    actor_params: Any
-    critic_params: Any
-    critic_target_params: Any
-    log_alpha: jax.Array
-    actor_opt_state: optax.OptState
-    critic_opt_state: optax.OptState
-    alpha_opt_state: optax.OptState
-    gradient_steps: jax.Array
-    critic_loss_sum: jax.Array
-    actor_loss_sum: jax.Array
-    entropy_sum: jax.Array
-    actor_updates: jax.Array
-    q_sum: jax.Array
-    nstep_sum: jax.Array
-
-
-def make_algorithm(config: Config, env: Env) -> Algorithm:
-    """SAC for `env` (continuous actions). The config is checked here, on the host, before any tracing."""
-    config.validate(env)
-    num_envs = config.num_envs
     num_actions = action_dim(env)
-    nets = make_networks(config, env)
-    actor_opt = make_optimizer(config, config.actor_lr)
-    critic_opt = make_optimizer(config, config.critic_lr)
-    alpha_opt = make_optimizer(config, config.alpha_lr)
-    target_entropy = config.target_entropy(num_actions)
-    center, half_range = action_scaling(env)
-    capacity = config.buffer_capacity // num_envs  # ring slots, each one env step of every env
-    rule = dynamic.make_dynamic_replay(
-        max_size=config.buffer_capacity,
-        min_size=min(config.buffer_min_size, config.buffer_capacity),
-        num_oldest=min(config.num_oldest, config.buffer_capacity),
-        threshold=config.buffer_threshold,
-        shrink=config.buffer_shrink,
-        distance=config.buffer_distance,
-        streams=num_envs,
+
+    def actor_at(hidden: tuple[int, ...]) -> Actor:
+        return Actor(num_actions, hidden, config.activation, obs_ndim, config.log_std_min, config.log_std_max)
+
+    def critic_at(hidden: tuple[int, ...]) -> TwinCritic:
+        return TwinCritic(hidden, config.activation, obs_ndim)
+
+    hidden = tuple(config.hidden)
+    if config.sparse != "tiny":
+        return Networks(actor_at(hidden), critic_at(hidden))
+    obs, action = _examples(env)
+    key = jax.random.key(0)
+    actor_hidden = loop.tiny_hidden(config, lambda h: jax.eval_shape(actor_at(h).init, key, obs), config.actor_sparsity)
+    critic_hidden = loop.tiny_hidden(
+        config, lambda h: jax.eval_shape(critic_at(h).init, key, obs, action), config.critic_sparsity
     )
-    start = config.learning_start_step
-    example_obs = jnp.zeros(env.observation_shape, jnp.float32)
-    example_action = jnp.zeros((num_actions,), jnp.float32)
+    return Networks(actor_at(actor_hidden), critic_at(critic_hidden))
 
-    def to_env(action: jax.Array) -> jax.Array:
-        return center + half_range * action
 
-    def mean_action(actor_params: Any, obs: jax.Array) -> jax.Array:
-        return jnp.tanh(nets.actor.apply(actor_params, obs)[0])
+def _examples(env: Any) -> tuple[jax.Array, jax.Array]:
+    return jnp.zeros(env.observation_shape, jnp.float32), jnp.zeros((action_dim(env),), jnp.float32)
+
+
+# ---- the agent ----------------------------------------------------------------------------
+
+
+def make_agent(config: Config, env: Any) -> loop.Agent:
+    """SAC for a resolved `config` and an env or host spec (`observation_shape`, `action_space`)."""
+    nets = make_networks(config, env)
+    t_end = config.total_gradient_steps
+    actor_training = loop.net_training(
+        config, config.actor_sparsity, config.actor_lr, t_end // config.actor_update_interval
+    )
+    critic_training = loop.net_training(config, config.critic_sparsity, config.critic_lr, t_end)
+    alpha_opt = optax.adam(config.alpha_lr)
+    target_entropy = config.target_entropy(action_dim(env))
+    example_obs, example_action = _examples(env)
 
     @sequential_under_vmap  # orthogonal init runs a QR: one per seed, never batched (see nets.modules)
     def init_params(key: jax.Array) -> tuple[Any, Any]:
         actor_key, critic_key = jax.random.split(key)
-        return (nets.actor.init(actor_key, example_obs),
-                nets.critic.init(critic_key, example_obs, example_action))
+        return nets.actor.init(actor_key, example_obs), nets.critic.init(critic_key, example_obs, example_action)
 
-    def init(key: jax.Array) -> SACState:
-        key, params_key, reset_key = jax.random.split(key, 3)
+    def init(key: jax.Array) -> SACAgent:
+        params_key, actor_mask_key, critic_mask_key = jax.random.split(key, 3)
         actor_params, critic_params = init_params(params_key)
+        actor, actor_opt = actor_training.init(actor_mask_key, actor_params)
+        critic, critic_opt = critic_training.init(critic_mask_key, critic_params)
         log_alpha = jnp.asarray(np.log(config.init_alpha), jnp.float32)
-        obs, env_state = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
-        row = Transition(
-            obs=example_obs, action=example_action, reward=jnp.zeros(()), next_obs=example_obs,
-            terminated=jnp.zeros((), jnp.bool_), truncated=jnp.zeros((), jnp.bool_),
-            reference_action=example_action,
-        )
-        row = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_envs,) + x.shape), row)
-        return SACState(
-            actor_params=actor_params,
-            critic_params=critic_params,
-            critic_target_params=critic_params,
-            log_alpha=log_alpha,
-            actor_opt_state=actor_opt.init(actor_params),
-            critic_opt_state=critic_opt.init(critic_params),
-            alpha_opt_state=alpha_opt.init(log_alpha),
-            buffer=replay.init(row, capacity),
-            env_state=env_state,
-            obs=obs.astype(jnp.float32),
-            key=key,
-            env_steps=jnp.zeros((), jnp.int32),
-            gradient_steps=jnp.zeros((), jnp.int32),
-            buffer_distance=jnp.zeros((), jnp.float32),
-        )
+        return SACAgent(actor, critic, critic, log_alpha, actor_opt, critic_opt, alpha_opt.init(log_alpha))
 
-    # The gated branches below are `lockstep_cond`s (cheap under vmap when skipped), so they take every
-    # traced value as an argument and close over none.
+    def greedy(actor_params: Any, obs: jax.Array) -> jax.Array:
+        return jnp.tanh(nets.actor.apply(actor_params, obs)[0])
 
-    def actor_and_alpha(operand: tuple[_Learner, Any, jax.Array, jax.Array]) -> tuple[Any, ...]:
+    def behaviour(actor_params: Any, obs: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        mean, log_std = nets.actor.apply(actor_params, obs)
+        policy_mean = jnp.tanh(mean)
+        if config.behaviour == "sample":
+            return sample_squashed_gaussian(key, mean, log_std)[0], policy_mean
+        return policy_mean, policy_mean
+
+    # The gated branches are `lockstep_cond`s (cheap under vmap when skipped): they take every traced
+    # value as an argument and close over none.
+
+    def actor_and_alpha(operand: tuple) -> tuple:
         """Actor on mean(α log π − min Q) against the just-updated critic, then the temperature."""
-        learner, critic_params, obs, key = operand
-        alpha = jnp.exp(learner.log_alpha)
+        agent, critic, obs, key, actor_updates = operand
+        sample_key, topology_key = jax.random.split(key)
+        alpha = jnp.exp(agent.log_alpha)
 
         def actor_objective(params: Any) -> tuple[jax.Array, jax.Array]:
             mean, log_std = nets.actor.apply(params, obs)
-            new_action, log_prob = sample_squashed_gaussian(key, mean, log_std)
-            q1, q2 = nets.critic.apply(critic_params, obs, new_action)
+            new_action, log_prob = sample_squashed_gaussian(sample_key, mean, log_std)
+            q1, q2 = nets.critic.apply(critic, obs, new_action)
             return actor_loss(alpha, log_prob, jnp.minimum(q1, q2)), log_prob
 
-        (a_loss, log_prob), grads = jax.value_and_grad(actor_objective, has_aux=True)(learner.actor_params)
-        updates, opt_state = actor_opt.update(grads, learner.actor_opt_state, learner.actor_params)
-        actor_params = optax.apply_updates(learner.actor_params, updates)
-        log_alpha, alpha_opt_state = learner.log_alpha, learner.alpha_opt_state
+        (a_loss, log_prob), grads = jax.value_and_grad(actor_objective, has_aux=True)(agent.actor)
+        step = actor_training.step(topology_key, actor_updates, agent.actor, agent.actor_opt, grads)
+        log_alpha, alpha_opt_state = agent.log_alpha, agent.alpha_opt
         if config.learn_alpha:
-            alpha_grad = jax.grad(temperature_loss)(learner.log_alpha, log_prob, target_entropy)
+            alpha_grad = jax.grad(temperature_loss)(agent.log_alpha, log_prob, target_entropy)
             alpha_update, alpha_opt_state = alpha_opt.update(alpha_grad, alpha_opt_state, log_alpha)
             log_alpha = optax.apply_updates(log_alpha, alpha_update)
-        return actor_params, opt_state, log_alpha, alpha_opt_state, a_loss, -jnp.mean(log_prob)
+        return step.params, step.opt_state, log_alpha, alpha_opt_state, a_loss, -jnp.mean(log_prob)
 
-    def skip_actor(operand: tuple[_Learner, Any, jax.Array, jax.Array]) -> tuple[Any, ...]:
-        learner = operand[0]
+    def skip_actor(operand: tuple) -> tuple:
+        agent = operand[0]
         zero = jnp.zeros((), jnp.float32)
-        return learner.actor_params, learner.actor_opt_state, learner.log_alpha, learner.alpha_opt_state, zero, zero
+        return agent.actor, agent.actor_opt, agent.log_alpha, agent.alpha_opt, zero, zero
 
-    def gradient_step(learner: _Learner, buffer: replay.BufferState, key: jax.Array) -> _Learner:
-        sample_key, target_key, actor_key = jax.random.split(key, 3)
-        iteration = learner.gradient_steps + 1
-        n_active = jnp.where(iteration >= config.nstep_delay, config.nstep, 1).astype(jnp.int32)
-        batch: Transition = nstep.sample_windows(buffer, sample_key, config.batch_size, config.nstep, n_active)
-        terms = returns.nstep_terms(batch.reward, batch.terminated, batch.truncated, config.gamma, n_active)
-        alpha = jnp.exp(learner.log_alpha)
+    def polyak(operand: tuple) -> Any:
+        critic, critic_target, critic_opt = operand
+        return critic_training.polyak(critic, critic_target, config.tau, critic_opt)
+
+    def gradient_step(
+        agent: SACAgent, batch: Transition, terms: returns.NStepTerms, iteration: jax.Array, key: jax.Array
+    ) -> tuple[SACAgent, loop.StepMetrics]:
+        target_key, critic_key, actor_key = jax.random.split(key, 3)
+        alpha = jnp.exp(agent.log_alpha)
 
         # Soft target: fresh samples of the current policy at every next state of the window [B, n];
         # the bootstrap uses the one at s'_m.
-        mean, log_std = nets.actor.apply(learner.actor_params, batch.next_obs)
+        mean, log_std = nets.actor.apply(agent.actor, batch.next_obs)
         next_action, next_log_prob = sample_squashed_gaussian(target_key, mean, log_std)
         boot_obs = returns.at_index(batch.next_obs, terms.boot_index)
         boot_action = returns.at_index(next_action, terms.boot_index)
-        q1_t, q2_t = nets.critic.apply(learner.critic_target_params, boot_obs, boot_action)
+        q1_t, q2_t = nets.critic.apply(agent.critic_target, boot_obs, boot_action)
         target = returns.nstep_soft_q_target(terms, jnp.minimum(q1_t, q2_t), alpha, next_log_prob)
-
         obs, action = batch.obs[:, 0], batch.action[:, 0]
 
         def critic_objective(params: Any) -> tuple[jax.Array, jax.Array]:
             q1, q2 = nets.critic.apply(params, obs, action)
             return critic_loss(q1, q2, target), jnp.mean(q1)
 
-        (c_loss, q_mean), grads = jax.value_and_grad(critic_objective, has_aux=True)(learner.critic_params)
-        updates, critic_opt_state = critic_opt.update(grads, learner.critic_opt_state, learner.critic_params)
-        critic_params = optax.apply_updates(learner.critic_params, updates)
+        (c_loss, q_mean), grads = jax.value_and_grad(critic_objective, has_aux=True)(agent.critic)
+        critic = critic_training.step(critic_key, iteration, agent.critic, agent.critic_opt, grads)
 
         do_actor = iteration % config.actor_update_interval == 0
-        actor_params, actor_opt_state, log_alpha, alpha_opt_state, a_loss, entropy = dynamic.lockstep_cond(
-            do_actor, actor_and_alpha, skip_actor, (learner, critic_params, obs, actor_key)
+        actor, actor_opt, log_alpha, alpha_opt_state, a_loss, entropy = lockstep_cond(
+            do_actor, actor_and_alpha, skip_actor,
+            (agent, critic.params, obs, actor_key, iteration // config.actor_update_interval),
         )
-        critic_target = dynamic.lockstep_cond(
-            iteration % config.target_update_interval == 0,
-            lambda op: optax.incremental_update(op[0], op[1], config.tau),
-            lambda op: op[1],
-            (critic_params, learner.critic_target_params),
+        critic_target = lockstep_cond(
+            iteration % config.target_update_interval == 0, polyak, lambda op: op[1],
+            (critic.params, agent.critic_target, critic.opt_state),
         )
-        return _Learner(
-            actor_params=actor_params,
-            critic_params=critic_params,
-            critic_target_params=critic_target,
-            log_alpha=log_alpha,
-            actor_opt_state=actor_opt_state,
-            critic_opt_state=critic_opt_state,
-            alpha_opt_state=alpha_opt_state,
-            gradient_steps=iteration,
-            critic_loss_sum=learner.critic_loss_sum + c_loss,
-            actor_loss_sum=learner.actor_loss_sum + a_loss,
-            entropy_sum=learner.entropy_sum + entropy,
-            actor_updates=learner.actor_updates + do_actor.astype(jnp.float32),
-            q_sum=learner.q_sum + q_mean,
-            nstep_sum=learner.nstep_sum + n_active.astype(jnp.float32),
-        )
-
-    def policy_and_reference(actor_params: Any, items: Transition) -> tuple[jax.Array, jax.Array]:
-        """The dynamic buffer's (π(s), ā) on stored items [R, S, ...]: the distribution mean tanh(μ(s))."""
-        return mean_action(actor_params, items.obs), items.reference_action
-
-    def update(state: SACState) -> tuple[SACState, dict[str, jax.Array]]:
-        key, sample_key, random_key, step_key, learn_key = jax.random.split(state.key, 5)
-
-        # Act: uniform random actions during warm-up, then the mean action (or a policy sample).
-        mean, log_std = nets.actor.apply(state.actor_params, state.obs)  # [N, |A|]
-        policy_mean = jnp.tanh(mean)
-        if config.behaviour == "sample":
-            behaviour_action, _ = sample_squashed_gaussian(sample_key, mean, log_std)
-        else:
-            behaviour_action = policy_mean
-        random_action = jax.random.uniform(random_key, (num_envs, num_actions), minval=-1.0, maxval=1.0)
-        warmup = (state.env_steps + jnp.arange(num_envs)) < start  # per env step index
-        action = jnp.where(warmup[:, None], random_action, behaviour_action)
-        reference_action = jnp.where(warmup[:, None], random_action, policy_mean)
-        out = jax.vmap(env.step)(jax.random.split(step_key, num_envs), state.env_state, to_env(action))
-        row = Transition(state.obs, action, out.reward, out.final_obs, out.terminated, out.truncated,
-                         reference_action)
-        buffer = replay.add(state.buffer, jax.tree.map(lambda x: x[None], row))
-        env_steps_tm1, env_steps_t = state.env_steps, state.env_steps + num_envs
-
-        # Dynamic capacity: check the policy distance over the oldest data, drop them if it is too large.
-        buffer_distance = state.buffer_distance
-        if config.dynamic_buffer:
-            due = dynamic.check_due(env_steps_tm1, env_steps_t, config.buffer_check_interval)
-            buffer, info = dynamic.maybe_adjust(due, buffer, rule, policy_and_reference, state.actor_params)
-            buffer_distance = jnp.where(due, info.distance, state.buffer_distance)
-
-        # Learn: one gradient step per env step past the learning start.
-        num_grad = jnp.clip(env_steps_t - jnp.maximum(env_steps_tm1, start), 0, num_envs)
-
-        def maybe_step(learner: _Learner, slot_and_key: tuple[jax.Array, jax.Array]) -> tuple[_Learner, None]:
-            slot, slot_key = slot_and_key
-            learner = dynamic.lockstep_cond(
-                slot < num_grad, lambda op: gradient_step(*op), lambda op: op[0], (learner, buffer, slot_key)
-            )
-            return learner, None
-
-        zero = jnp.zeros((), jnp.float32)
-        learner0 = _Learner(
-            state.actor_params, state.critic_params, state.critic_target_params, state.log_alpha,
-            state.actor_opt_state, state.critic_opt_state, state.alpha_opt_state, state.gradient_steps,
-            zero, zero, zero, zero, zero, zero,
-        )
-        slots = (jnp.arange(config.gradient_steps_per_update), jax.random.split(learn_key, config.gradient_steps_per_update))
-        learner, _ = jax.lax.scan(maybe_step, learner0, slots)
-
-        steps = jnp.maximum(num_grad, 1).astype(jnp.float32)
-        actor_updates = jnp.maximum(learner.actor_updates, 1.0)
+        one, actor_weight = jnp.ones((), jnp.float32), do_actor.astype(jnp.float32)
         metrics = {
-            **episode_metrics(out.info),
-            "critic_loss": learner.critic_loss_sum / steps,  # means over this update's steps; 0 if none
-            "actor_loss": learner.actor_loss_sum / actor_updates,
-            "entropy": learner.entropy_sum / actor_updates,  # −mean log π(a|s) of the actor's batch
-            "alpha": jnp.exp(learner.log_alpha),
-            "q_mean": learner.q_sum / steps,
-            "nstep": learner.nstep_sum / steps,  # the target horizon in use (1 before the delay)
-            "buffer_size": (buffer.size * num_envs).astype(jnp.float32),  # valid transitions
-            "buffer_distance": buffer_distance,
+            "critic_loss": (c_loss, one), "q_mean": (q_mean, one),
+            "actor_loss": (a_loss, actor_weight), "entropy": (entropy, actor_weight),  # −mean log π of the actor's batch
         }
-        new_state = SACState(
-            actor_params=learner.actor_params,
-            critic_params=learner.critic_params,
-            critic_target_params=learner.critic_target_params,
-            log_alpha=learner.log_alpha,
-            actor_opt_state=learner.actor_opt_state,
-            critic_opt_state=learner.critic_opt_state,
-            alpha_opt_state=learner.alpha_opt_state,
-            buffer=buffer,
-            env_state=out.state,
-            obs=out.obs.astype(jnp.float32),
-            key=key,
-            env_steps=env_steps_t,
-            gradient_steps=learner.gradient_steps,
-            buffer_distance=buffer_distance,
-        )
-        return new_state, metrics
+        new_agent = SACAgent(actor, critic.params, critic_target, log_alpha, actor_opt, critic.opt_state, alpha_opt_state)
+        return new_agent, metrics
 
-    def policy(state: SACState) -> Any:
-        return state.actor_params
+    def report(agent: SACAgent) -> dict[str, jax.Array]:
+        out = {"alpha": jnp.exp(agent.log_alpha)}
+        if config.masked:
+            out["actor_sparsity"] = actor_training.measured_sparsity(agent.actor_opt)
+            out["critic_sparsity"] = critic_training.measured_sparsity(agent.critic_opt)
+        return out
 
-    def act(policy_params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
-        """Deterministic mean action tanh(μ(s)) for ONE observation [*obs_shape], in env units [|A|]."""
-        del key
-        return to_env(mean_action(policy_params, obs))
+    def shapes(n: Networks) -> dict[str, Any]:
+        key = jax.random.key(0)
+        return {"actor": jax.eval_shape(n.actor.init, key, example_obs),
+                "critic": jax.eval_shape(n.critic.init, key, example_obs, example_action)}
 
-    return Algorithm(
-        init=init,
-        update=update,
-        policy=policy,
-        act=act,
-        env_steps_per_update=config.env_steps_per_update,
-        num_updates=config.num_updates,
+    summary = loop.sparse_summary(
+        config, shapes(nets), shapes(make_networks(dataclasses.replace(config, sparse="dense"), env)),
+        {"actor": actor_training, "critic": critic_training}, stored=["actor", "critic", "critic"],
     )
+    return loop.Agent(init, lambda agent: agent.actor, behaviour, greedy, gradient_step, report,
+                      ("critic_loss", "q_mean", "actor_loss", "entropy"), summary)
 
 
-def make_train(config: Config, env: Env) -> Callable[[jax.Array], tuple[SACState, dict[str, jax.Array]]]:
+def make_offpolicy(config: Config, env: Any) -> OffPolicy:
+    """The explore/learn halves for the host runner; checks and resolves the config first."""
+    config = config.validate(env)
+    return loop.make_offpolicy(config, env, make_agent(config, env))
+
+
+def make_algorithm(config: Config, env: Env) -> Algorithm:
+    """SAC on device for `env` (continuous actions). The config is checked here, on the host, before any tracing."""
+    config = config.validate(env)
+    return loop.on_device(loop.make_offpolicy(config, env, make_agent(config, env)), config, env)
+
+
+def make_train(config: Config, env: Env) -> Callable[[jax.Array], tuple[Any, dict[str, jax.Array]]]:
     """The whole run as `train(key) -> (state, metrics [num_updates])`, jittable and vmappable over keys."""
     return make_train_fn(make_algorithm(config, env))

@@ -1,0 +1,287 @@
+"""The configuration fields TD3 and SAC share, the sparse-training methods, and RLx2's presets.
+
+Counting. Env steps are summed over the `num_envs` parallel environments. Each env step after
+`learning_starts` is followed by one gradient step (RLx2: one training iteration per env step). As in
+the reference code, the n-step delay, the actor/target update intervals and the topology schedule count
+gradient steps (training iterations); the buffer check interval counts env steps.
+
+Sparse methods (`sparse`, RLx2 Table 2; `rlx2.md` §7-§8):
+
+    dense  the full network, one-step targets, plain FIFO buffer (the baseline every ratio is against)
+    tiny   a dense network with the parameter count of the sparse one (same depth, narrower)
+    ss     static sparse: the initial ER/magnitude mask never changes
+    set    sparse with SET topology updates (drop by |w|, grow at random)
+    rigl   sparse with RigL topology updates (drop by |w|, grow by |dense gradient|)
+    rlx2   RigL + the delayed multi-step target + the dynamic-capacity buffer
+
+`nstep` and `dynamic_buffer` left at None follow the method (3 and on for rlx2, 1 and off for the
+others, as in the paper's Table 2); set them to run e.g. Table 3's "SET+" (set, nstep 3, dynamic
+buffer). Sparsities left at None take the paper's value for the environment (`PRESETS` of each
+algorithm; HalfCheetah, Hopper, Walker2d and Ant under any prefix or version, e.g. gym:Hopper-v5 or
+brax:hopper); for any other environment they must be given. `validate(env)` returns the config with
+all of these resolved, which is what a run records in config.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Annotated, ClassVar, Literal, get_args
+
+import tyro
+
+from sparqrl.config import fail, in_unit_interval, one_of, positive, require
+from sparqrl.replay.dynamic import validate_replay
+
+# Literals kept here, not imported from sparqrl.nets / sparqrl.replay / sparqrl.sparse, so that reading
+# a config (the CLI's help) does not import JAX. They match `ACTIVATIONS`, `dynamic.ShrinkRule`,
+# `dynamic.Distance`, `sparse.ALLOCATIONS` and `sparse.INIT_METHODS`.
+Activation = Literal["relu", "tanh"]
+ShrinkRule = Literal["tenth", "until_below"]
+Distance = Literal["half_mse", "l2"]
+SparseMethod = Literal["dense", "tiny", "ss", "set", "rigl", "rlx2"]
+Allocation = Literal["er", "uniform"]
+InitMask = Literal["magnitude", "random"]
+
+TOPOLOGY = {"ss": "static", "set": "set", "rigl": "rigl", "rlx2": "rigl"}
+"""The `sparse.TopologySchedule` method of each masked sparse method."""
+
+Preset = tuple[float, float]
+"""(actor sparsity, critic sparsity)."""
+
+
+def paper_env(name: str) -> str:
+    """The environment family of a name, for preset lookup: gym:HalfCheetah-v5, brax:halfcheetah and
+    HalfCheetah-v3 are all 'halfcheetah'."""
+    base = re.sub(r"-v\d+$", "", name.split(":", 1)[-1])
+    return re.sub(r"[^a-z0-9]", "", base.lower())
+
+
+@dataclasses.dataclass(frozen=True)
+class OffPolicyConfig:
+    """Fields common to TD3 and SAC; each algorithm's Config adds its own and its defaults."""
+
+    PRESETS: ClassVar[dict[str, Preset]] = {}
+
+    total_timesteps: int = 3_000_000
+    """Environment steps to train for, summed over all parallel environments (RLx2: 3e6)."""
+
+    num_envs: int = 1
+    """Parallel environments; each update steps every one of them once (RLx2: 1)."""
+
+    learning_starts: int = 25_000
+    """Env steps of uniform random actions before the policy acts and learning starts (RLx2: 25,000)."""
+
+    batch_size: int = 256
+    """Transitions (n-step windows) per gradient step."""
+
+    actor_lr: float = 3e-4
+    """Adam learning rate of the actor."""
+
+    critic_lr: float = 3e-4
+    """Adam learning rate of the twin critic."""
+
+    gamma: float = 0.99
+    """Discount factor."""
+
+    tau: float = 0.005
+    """Polyak rate of the target networks."""
+
+    hidden: tuple[int, ...] = (256, 256)
+    """Widths of the hidden layers of the actor and of each critic (the dense network's; tiny narrows them)."""
+
+    activation: Activation = "relu"
+    """Hidden-layer activation."""
+
+    nstep: int | None = None
+    """Horizon n of the multi-step TD target once it is switched on; None: 3 with sparse=rlx2, else 1."""
+
+    nstep_delay_fraction: float = 0.1
+    """One-step targets for the first fraction·total_timesteps gradient steps, n-step after (RLx2: 300,000
+    of a 3e6-step run, counted in training iterations as its code does); scales with the budget."""
+
+    buffer_max_size: int = 1_000_000
+    """Replay capacity in transitions; never more than total_timesteps is allocated."""
+
+    dynamic_buffer: bool | None = None
+    """RLx2's dynamic capacity (drop the oldest data when the policy no longer matches its actions);
+    None: on with sparse=rlx2, else off."""
+
+    buffer_min_size: int = 100_000
+    """The dynamic buffer never shrinks a buffer of this many transitions or fewer."""
+
+    buffer_check_interval: int = 10_000
+    """Env steps between dynamic-buffer checks (RLx2: 10,000; the paper's rule checks at every update: 1)."""
+
+    buffer_num_oldest: int = 0
+    """K, the oldest transitions the policy distance is measured on; 0 means 8·batch_size (RLx2: 2048)."""
+
+    buffer_threshold: float = 0.2
+    """Policy-distance threshold above which old data are dropped (RLx2: 0.2, for the half_mse distance)."""
+
+    buffer_shrink: ShrinkRule = "tenth"
+    """tenth: drop the oldest 10 % once per check (reference code); until_below: drop until D <= threshold (paper)."""
+
+    buffer_distance: Distance = "half_mse"
+    """half_mse: ½·mean squared action error (reference code); l2: mean L2 norm (paper, Eq. 6; own threshold)."""
+
+    sparse: Annotated[SparseMethod, tyro.conf.arg(aliases=("--sparse",))] = "dense"
+    """Network training method: dense, tiny, ss, set, rigl or rlx2 (see the module docstring)."""
+
+    actor_sparsity: Annotated[float | None, tyro.conf.arg(aliases=("--actor-sparsity",))] = None
+    """Fraction of actor weights pruned, in [0, 1) (tiny: the budget it matches); None: the paper's
+    value for the environment. Must be None or 0 with sparse=dense."""
+
+    critic_sparsity: Annotated[float | None, tyro.conf.arg(aliases=("--critic-sparsity",))] = None
+    """Fraction of twin-critic weights pruned, in [0, 1); None: the paper's value for the environment."""
+
+    topology_interval: int = 10_000
+    """ΔT: a network's scheduler calls (its updates) between topology updates (RLx2: 10,000)."""
+
+    drop_fraction: float = 0.5
+    """ζ₀: fraction of active weights dropped and regrown per topology update, cosine-decayed to 0 at the
+    end of the run (RLx2: 0.5)."""
+
+    sparse_allocation: Allocation = "er"
+    """Per-layer allocation of each network's sparsity: er (Erdős–Rényi, RLx2) or uniform."""
+
+    init_mask: InitMask = "magnitude"
+    """Initial mask: magnitude (largest |w| of the dense init, RLx2's code) or random."""
+
+    reset_moments_on_grow: bool = False
+    """Zero Adam's moments where a topology update changed the mask (the reference leaves them)."""
+
+    skip_step_on_topology_update: bool = True
+    """Skip a network's optimizer step on its topology-update iterations, as the reference code does."""
+
+    # ---- derived values (of a resolved config: see `validate`) --------------------------------
+
+    @property
+    def env_steps_per_update(self) -> int:
+        """One update steps every environment once."""
+        return self.num_envs
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_timesteps // self.num_envs
+
+    @property
+    def gradient_steps_per_update(self) -> int:
+        """One gradient step per env step (once learning has started)."""
+        return self.num_envs
+
+    @property
+    def horizon(self) -> int:
+        """The n of the n-step target (nstep, or the method's default)."""
+        return self.nstep if self.nstep is not None else (3 if self.sparse == "rlx2" else 1)
+
+    @property
+    def use_dynamic_buffer(self) -> bool:
+        return self.dynamic_buffer if self.dynamic_buffer is not None else self.sparse == "rlx2"
+
+    @property
+    def learning_start_step(self) -> int:
+        """Env steps after which the policy acts and learns: learning_starts, at least a batch and a window per env."""
+        return max(self.learning_starts, self.batch_size, self.horizon * self.num_envs)
+
+    @property
+    def nstep_delay(self) -> int:
+        """Gradient steps taken with one-step targets before the n-step target switches on."""
+        return int(self.nstep_delay_fraction * self.total_timesteps)
+
+    @property
+    def total_gradient_steps(self) -> int:
+        """Gradient steps of the whole run: T_end of the topology schedule (RLx2: 3e6 − 25k)."""
+        return max(self.total_timesteps - self.learning_start_step, 1)
+
+    @property
+    def buffer_capacity(self) -> int:
+        """Transitions actually allocated: buffer_max_size, but no more than the run produces."""
+        return min(self.buffer_max_size, max(self.total_timesteps, self.num_envs))
+
+    @property
+    def num_oldest(self) -> int:
+        """K of the dynamic buffer's policy distance."""
+        return self.buffer_num_oldest or 8 * self.batch_size
+
+    @property
+    def masked(self) -> bool:
+        """Whether the networks carry masks (ss, set, rigl, rlx2)."""
+        return self.sparse in TOPOLOGY
+
+    # ---- checks ---------------------------------------------------------------------------
+
+    def _int_fields(self) -> tuple[str, ...]:
+        return ("total_timesteps", "num_envs", "batch_size", "buffer_max_size", "buffer_min_size",
+                "buffer_check_interval", "topology_interval")
+
+    def _positive_numbers(self) -> tuple[str, ...]:
+        return ("actor_lr", "critic_lr", "buffer_threshold")
+
+    def resolve_sparsity(self, env_name: str) -> Preset:
+        """(actor, critic) sparsities: the given ones, the preset's for `env_name`, or a ConfigError."""
+        if self.sparse == "dense":
+            for name in ("actor_sparsity", "critic_sparsity"):
+                value = getattr(self, name)
+                require(value in (None, 0, 0.0), name, value,
+                        "must be unset or 0 with sparse=dense; choose --sparse tiny, ss, set, rigl or rlx2")
+            return 0.0, 0.0
+        preset = self.PRESETS.get(paper_env(env_name))
+        values = []
+        for i, name in enumerate(("actor_sparsity", "critic_sparsity")):
+            value = getattr(self, name)
+            if value is None:
+                if preset is None:
+                    fail(name, None, f"must be given for env {env_name!r}: the paper's presets cover only "
+                         f"{', '.join(sorted(self.PRESETS))} (any prefix/version); pass --{name.replace('_', '-')}")
+                value = preset[i]
+            require(isinstance(value, (int, float)) and not isinstance(value, bool), name, value, "must be a number")
+            in_unit_interval(name, value, closed_right=False)
+            values.append(float(value))
+        return values[0], values[1]
+
+    def validate_common(self, env_name: str) -> "OffPolicyConfig":
+        """Check the shared fields (ConfigError naming field, value and what is allowed); return the
+        config with nstep, dynamic_buffer and the sparsities resolved."""
+        for name in self._int_fields():
+            value = getattr(self, name)
+            require(isinstance(value, int) and not isinstance(value, bool), name, value, "must be an int")
+            positive(name, value)
+        for name in self._positive_numbers():
+            require(isinstance(getattr(self, name), (int, float)), name, getattr(self, name), "must be a number")
+            positive(name, getattr(self, name))
+        one_of("sparse", self.sparse, get_args(SparseMethod))
+        if self.nstep is not None:
+            require(isinstance(self.nstep, int) and not isinstance(self.nstep, bool) and self.nstep >= 1,
+                    "nstep", self.nstep, "must be an int >= 1 (or None: by the sparse method)")
+        require(self.learning_starts >= 0, "learning_starts", self.learning_starts, "must be >= 0")
+        require(
+            self.learning_start_step < self.total_timesteps, "learning_starts", self.learning_starts,
+            f"must leave env steps to learn in: below total_timesteps ({self.total_timesteps}), "
+            f"counting at least batch_size and nstep·num_envs",
+        )
+        require(
+            self.total_timesteps >= self.num_envs, "total_timesteps", self.total_timesteps,
+            f"must be >= num_envs ({self.num_envs}) for at least one update",
+        )
+        actor_sparsity, critic_sparsity = self.resolve_sparsity(env_name)
+        resolved = dataclasses.replace(
+            self, nstep=self.horizon, dynamic_buffer=self.use_dynamic_buffer,
+            actor_sparsity=actor_sparsity, critic_sparsity=critic_sparsity,
+        )
+        validate_replay(resolved)
+        in_unit_interval("gamma", self.gamma)
+        require(0.0 < self.tau <= 1.0, "tau", self.tau, "must be in (0, 1]")
+        in_unit_interval("nstep_delay_fraction", self.nstep_delay_fraction)
+        require(
+            len(self.hidden) > 0 and all(isinstance(w, int) and w > 0 for w in self.hidden),
+            "hidden", self.hidden, "must be a non-empty tuple of positive ints",
+        )
+        one_of("activation", self.activation, get_args(Activation))
+        one_of("buffer_shrink", self.buffer_shrink, get_args(ShrinkRule))
+        one_of("buffer_distance", self.buffer_distance, get_args(Distance))
+        one_of("sparse_allocation", self.sparse_allocation, get_args(Allocation))
+        one_of("init_mask", self.init_mask, get_args(InitMask))
+        in_unit_interval("drop_fraction", self.drop_fraction)
+        return resolved
+

@@ -1,0 +1,309 @@
+"""The act-store-adjust-learn loop of TD3 and SAC with RLx2's settings, split for both runners.
+
+    explore(policy, obs, key, env_steps)  -> (action, reference action)     actor side, [N, |A|] in [-1, 1]
+    learn(learner, row)                   -> (learner, metrics)             learner side, jitted
+
+* on device (Anakin): `on_device(...)` makes the `Algorithm` whose `update` is explore → env.step →
+  learn, all in one program;
+* on the host (Sebulba): an actor calls `explore` with its copy of the policy and steps host
+  environments; the learner calls `learn` on each row it receives (`sparqrl.runners.sebulba`).
+
+`learn` (RLx2, `rlx2.md` §4-§5):
+1. stores the row (one ring slot: one env step of all N environments);
+2. if a `buffer_check_interval` of env steps ended, checks the dynamic-capacity buffer;
+3. takes one gradient step per env step past `learning_start_step`: samples n-step windows, builds the
+   (delayed) n-step terms — one-step before `nstep_delay` gradient steps, n after — and hands them to
+   the algorithm's `Agent.gradient_step`.
+
+Every gate is a `sparqrl.lockstep.lockstep_cond`: under vmap over seeds (whose counters move in
+lockstep) a skipped branch still costs nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from sparqrl import replay, returns, sparse
+from sparqrl.algos.base import Algorithm, episode_metrics
+from sparqrl.algos.offpolicy.config import TOPOLOGY, OffPolicyConfig
+from sparqrl.envs import Env, action_dim
+from sparqrl.lockstep import lockstep_cond
+from sparqrl.replay import dynamic, nstep
+
+StepMetrics = dict[str, tuple[jax.Array, jax.Array]]
+"""name -> (value, weight) of one gradient step; the update reports sum(value·weight) / sum(weight)."""
+
+
+class Transition(NamedTuple):
+    """One ring slot: one env step of all S = num_envs environments (every field has a leading [S])."""
+
+    obs: jax.Array  # [S, *obs_shape]
+    action: jax.Array  # [S, |A|], normalised to [-1, 1]
+    reward: jax.Array  # [S]
+    next_obs: jax.Array  # [S, *obs_shape], the env's final_obs: pre-reset, so truncation can bootstrap
+    terminated: jax.Array  # bool [S]: cuts the bootstrap
+    truncated: jax.Array  # bool [S]: time limit; the n-step return stops here and bootstraps
+    reference_action: jax.Array  # [S, |A|]: the noise-free policy action (the random one in warm-up), RLx2's ā
+
+
+class Learner(NamedTuple):
+    """Everything the learner keeps for one seed."""
+
+    agent: Any  # the algorithm's networks, targets and optimizer states
+    buffer: replay.BufferState  # of Transition
+    key: jax.Array
+    env_steps: jax.Array  # int32 [], summed over environments
+    gradient_steps: jax.Array  # int32 [] (training iterations)
+    buffer_distance: jax.Array  # float32 [], the dynamic buffer's D at its latest check
+
+
+class OnDeviceState(NamedTuple):
+    """The on-device runner's state of one seed: the learner and the environments it steps."""
+
+    learner: Learner
+    env_state: Any  # [num_envs]
+    obs: jax.Array  # [num_envs, *obs_shape]
+
+
+class Agent(NamedTuple):
+    """What an algorithm (TD3, SAC) supplies. Every function is pure and jittable.
+
+    init(key) -> agent                             networks (masked if sparse), targets, optimizer states
+    policy(agent) -> policy_params                 what an actor needs to act
+    behaviour(policy_params, obs [N, ...], key) -> (action, reference)   after warm-up, both [N, |A|] in [-1, 1]
+    greedy(policy_params, obs [..., *obs]) -> [..., |A|]   the deterministic action in [-1, 1] (evaluation,
+                                                   and the dynamic buffer's π(s))
+    gradient_step(agent, batch, terms, iteration, key) -> (agent, StepMetrics)
+                                                   batch: n-step windows [B, n] of Transition fields;
+                                                   terms: their `returns.NStepTerms`; iteration: 1-based
+    report(agent) -> {name: scalar}                per-update readings (temperature, measured sparsity)
+    metric_names                                   the keys of StepMetrics
+    summary                                        static accounting for summary.json (sparsity, ratios)
+    """
+
+    init: Callable[[jax.Array], Any]
+    policy: Callable[[Any], Any]
+    behaviour: Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
+    greedy: Callable[[Any, jax.Array], jax.Array]
+    gradient_step: Callable[[Any, Transition, returns.NStepTerms, jax.Array, jax.Array], tuple[Any, StepMetrics]]
+    report: Callable[[Any], dict[str, jax.Array]]
+    metric_names: tuple[str, ...]
+    summary: dict[str, Any]
+
+
+class OffPolicy(NamedTuple):
+    """The two halves of the loop and what the runners need around them."""
+
+    init: Callable[[jax.Array], Learner]
+    explore: Callable[[Any, jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
+    learn: Callable[[Learner, Transition], tuple[Learner, dict[str, jax.Array]]]
+    policy: Callable[[Learner], Any]
+    greedy: Callable[[Any, jax.Array], jax.Array]
+    to_env: Callable[[jax.Array], jax.Array]
+    summary: dict[str, Any]
+
+
+# ---- per-network training and accounting ------------------------------------------------------
+
+
+def net_training(config: OffPolicyConfig, sparsity: float, lr: float, t_end: int) -> sparse.NetTraining:
+    """Adam for one network, masked and scheduled as the sparse method says (dense and tiny: plain)."""
+
+    if not config.masked or sparsity == 0.0:
+        return sparse.NetTraining(optax.adam(lr))
+    schedule = sparse.TopologySchedule(
+        method=TOPOLOGY[config.sparse], interval=config.topology_interval, t_end=max(t_end, 1),
+        zeta0=config.drop_fraction, reset_moments_on_grow=config.reset_moments_on_grow,
+        skip_step_on_update=config.skip_step_on_topology_update,
+    )
+    return sparse.NetTraining(optax.adam(lr), sparsity, schedule, config.sparse_allocation, config.init_mask)
+
+
+def tiny_hidden(config: OffPolicyConfig, params_at: Callable[[tuple[int, ...]], Any], sparsity: float) -> tuple[int, ...]:
+    """Hidden widths of the Tiny baseline: the widest proportional narrowing of `config.hidden` whose
+    dense network has no more weights than the sparse one at `sparsity` (`params_at(hidden)`: the
+    network's parameter shapes at those widths)."""
+    hidden = tuple(config.hidden)
+    widest = max(hidden)
+
+    def narrowed(w: int) -> tuple[int, ...]:
+        return tuple(max(1, h * w // widest) for h in hidden)
+
+    as_sparse = sparse.NetTraining(optax.identity(), sparsity, allocation=config.sparse_allocation)
+    budget = as_sparse.param_count(params_at(hidden)).active_weights
+    width = sparse.matching_width(
+        lambda w: sparse.count_params(params_at(narrowed(w))).total_weights, budget, largest=widest
+    )
+    return narrowed(width)
+
+
+def sparse_summary(
+    config: OffPolicyConfig, params: dict[str, Any], dense: dict[str, Any],
+    trainings: dict[str, sparse.NetTraining], stored: list[str],
+) -> dict[str, Any]:
+    """The sparse fields of summary.json (none for a dense run), counted by `sparqrl.sparse.accounting`.
+
+    params / dense: parameter shapes (`jax.eval_shape` of init) of the networks as trained and of their
+    dense full-width versions, by name ('actor' acts); stored: the names in the size ratio, target
+    copies repeated. FLOPs weights c_actor = 1, c_critic = 1.5 reproduce RLx2 Table 2's TD3 rows (the
+    paper's SAC rows hold a term that cannot be identified; the same weights are used for SAC).
+    """
+    if config.sparse == "dense":
+        return {}
+    counts = {k: trainings[k].param_count(v) for k, v in params.items()}
+    dense_counts = {k: sparse.count_params(v) for k, v in dense.items()}
+    out = {"sparse": config.sparse, **sparse.summary(
+        counts, acting="actor", train_weights={"actor": 1.0, "critic": 1.5}, stored=stored, dense=dense_counts
+    )}
+    if config.sparse == "tiny":
+        out["tiny_weights"] = {k: c.total_weights for k, c in counts.items()}
+    return out
+
+
+# ---- the loop ---------------------------------------------------------------------------------
+
+
+def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> OffPolicy:
+    """The loop for a resolved `config` (`Config.validate(env)`) and an environment or host spec
+    (`observation_shape`, `action_space`)."""
+    num_envs = config.num_envs
+    num_actions = action_dim(env)
+    low = np.asarray(env.action_space.low, np.float32)
+    high = np.asarray(env.action_space.high, np.float32)
+    center, half_range = (high + low) / 2.0, (high - low) / 2.0
+    capacity = config.buffer_capacity // num_envs  # ring slots, each one env step of every env
+    rule = dynamic.make_dynamic_replay(
+        max_size=config.buffer_capacity,
+        min_size=min(config.buffer_min_size, config.buffer_capacity),
+        num_oldest=min(config.num_oldest, config.buffer_capacity),
+        threshold=config.buffer_threshold,
+        shrink=config.buffer_shrink,
+        distance=config.buffer_distance,
+        streams=num_envs,
+    )
+    start, horizon = config.learning_start_step, config.horizon
+    example_obs = jnp.zeros(env.observation_shape, jnp.float32)
+    example_action = jnp.zeros((num_actions,), jnp.float32)
+
+    def to_env(action: jax.Array) -> jax.Array:
+        """[-1, 1] box -> the env's [low, high]."""
+        return center + half_range * action
+
+    def init(key: jax.Array) -> Learner:
+        key, agent_key = jax.random.split(key)
+        row = Transition(
+            obs=example_obs, action=example_action, reward=jnp.zeros(()), next_obs=example_obs,
+            terminated=jnp.zeros((), jnp.bool_), truncated=jnp.zeros((), jnp.bool_),
+            reference_action=example_action,
+        )
+        row = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_envs,) + x.shape), row)
+        return Learner(
+            agent=agent.init(agent_key),
+            buffer=replay.init(row, capacity),
+            key=key,
+            env_steps=jnp.zeros((), jnp.int32),
+            gradient_steps=jnp.zeros((), jnp.int32),
+            buffer_distance=jnp.zeros((), jnp.float32),
+        )
+
+    def explore(policy_params: Any, obs: jax.Array, key: jax.Array, env_steps: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """(action, reference action) [N, |A|] for obs [N, ...]: uniform random for the env steps before
+        `learning_start_step` (`env_steps` counts those already taken), then the agent's behaviour."""
+        behaviour_key, random_key = jax.random.split(key)
+        action, reference = agent.behaviour(policy_params, obs, behaviour_key)
+        n = obs.shape[0]
+        random_action = jax.random.uniform(random_key, (n, num_actions), minval=-1.0, maxval=1.0)
+        warmup = ((env_steps + jnp.arange(n)) < start)[:, None]  # per env step index
+        return jnp.where(warmup, random_action, action), jnp.where(warmup, random_action, reference)
+
+    def dynamic_actions(policy_params: Any, items: Transition) -> tuple[jax.Array, jax.Array]:
+        """The dynamic buffer's (π(s), ā) on stored items [R, S, ...]."""
+        return agent.greedy(policy_params, items.obs), items.reference_action
+
+    names = agent.metric_names + ("nstep",)
+
+    def gradient_step(operand: tuple) -> tuple:
+        (agent_state, gradient_steps, sums, weights), buffer, key = operand
+        sample_key, step_key = jax.random.split(key)
+        iteration = gradient_steps + 1
+        n_active = jnp.where(iteration >= config.nstep_delay, horizon, 1).astype(jnp.int32)
+        batch: Transition = nstep.sample_windows(buffer, sample_key, config.batch_size, horizon, n_active)
+        terms = returns.nstep_terms(batch.reward, batch.terminated, batch.truncated, config.gamma, n_active)
+        agent_state, metrics = agent.gradient_step(agent_state, batch, terms, iteration, step_key)
+        metrics = {**metrics, "nstep": (n_active.astype(jnp.float32), jnp.ones(()))}
+        sums = {k: sums[k] + metrics[k][0] * metrics[k][1] for k in names}
+        weights = {k: weights[k] + jnp.asarray(metrics[k][1], jnp.float32) for k in names}
+        return agent_state, iteration, sums, weights
+
+    def learn(learner: Learner, row: Transition) -> tuple[Learner, dict[str, jax.Array]]:
+        """Store one env step of every environment (`row`, leaves [N, ...]) and learn from it."""
+        key, learn_key = jax.random.split(learner.key)
+        buffer = replay.add(learner.buffer, jax.tree.map(lambda x: x[None], row))
+        env_steps_tm1, env_steps_t = learner.env_steps, learner.env_steps + num_envs
+
+        buffer_distance = learner.buffer_distance
+        if config.use_dynamic_buffer:
+            due = dynamic.check_due(env_steps_tm1, env_steps_t, config.buffer_check_interval)
+            buffer, info = dynamic.maybe_adjust(due, buffer, rule, dynamic_actions, agent.policy(learner.agent))
+            buffer_distance = jnp.where(due, info.distance, learner.buffer_distance)
+
+        num_grad = jnp.clip(env_steps_t - jnp.maximum(env_steps_tm1, start), 0, num_envs)
+
+        def maybe_step(carry: tuple, slot_and_key: tuple[jax.Array, jax.Array]) -> tuple[tuple, None]:
+            slot, slot_key = slot_and_key
+            carry = lockstep_cond(slot < num_grad, gradient_step, lambda op: op[0], (carry, buffer, slot_key))
+            return carry, None
+
+        zeros = {k: jnp.zeros((), jnp.float32) for k in names}
+        slots = (jnp.arange(config.gradient_steps_per_update), jax.random.split(learn_key, config.gradient_steps_per_update))
+        (agent_state, gradient_steps, sums, weights), _ = jax.lax.scan(
+            maybe_step, (learner.agent, learner.gradient_steps, zeros, zeros), slots
+        )
+        metrics = {
+            **{k: sums[k] / jnp.maximum(weights[k], 1.0) for k in names},  # means over this update; 0 if none
+            **agent.report(agent_state),
+            "buffer_size": (buffer.size * num_envs).astype(jnp.float32),  # valid transitions
+            "buffer_distance": buffer_distance,
+        }
+        return Learner(agent_state, buffer, key, env_steps_t, gradient_steps, buffer_distance), metrics
+
+    def policy(learner: Learner) -> Any:
+        return agent.policy(learner.agent)
+
+    return OffPolicy(init, explore, learn, policy, agent.greedy, to_env, agent.summary)
+
+
+def on_device(loop: OffPolicy, config: OffPolicyConfig, env: Env) -> Algorithm:
+    """The `Algorithm` of the on-device runner: explore → step the JAX environments → learn."""
+    num_envs = config.num_envs
+
+    def init(key: jax.Array) -> OnDeviceState:
+        key, reset_key = jax.random.split(key)
+        obs, env_state = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
+        return OnDeviceState(loop.init(key), env_state, obs.astype(jnp.float32))
+
+    def update(state: OnDeviceState) -> tuple[OnDeviceState, dict[str, jax.Array]]:
+        key, act_key, step_key = jax.random.split(state.learner.key, 3)
+        action, reference = loop.explore(loop.policy(state.learner), state.obs, act_key, state.learner.env_steps)
+        out = jax.vmap(env.step)(jax.random.split(step_key, num_envs), state.env_state, loop.to_env(action))
+        row = Transition(state.obs, action, out.reward, out.final_obs, out.terminated, out.truncated, reference)
+        learner, metrics = loop.learn(state.learner._replace(key=key), row)
+        return OnDeviceState(learner, out.state, out.obs.astype(jnp.float32)), {**episode_metrics(out.info), **metrics}
+
+    def policy(state: OnDeviceState) -> Any:
+        return loop.policy(state.learner)
+
+    def act(policy_params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
+        """Deterministic action for ONE observation [*obs_shape], in env units [|A|] (the key is unused)."""
+        del key
+        return loop.to_env(loop.greedy(policy_params, obs))
+
+    return Algorithm(
+        init=init, update=update, policy=policy, act=act,
+        env_steps_per_update=config.env_steps_per_update, num_updates=config.num_updates, summary=loop.summary,
+    )
