@@ -36,7 +36,8 @@ class RunConfig:
     """How a run is driven; the algorithm's hyperparameters live in its own Config."""
 
     env: str = "CartPole-v1"
-    """Environment: a gymnax id (e.g. CartPole-v1, Breakout-MinAtar) or brax:NAME (e.g. brax:ant)."""
+    """Environment: a gymnax id (e.g. CartPole-v1, Breakout-MinAtar) or brax:NAME (e.g. brax:ant), both on
+    device; or gym:NAME (e.g. gym:HalfCheetah-v5), a Gymnasium environment stepped on the host (td3, sac)."""
     seeds: int = 1
     """Independent seeds trained at once in one vmapped program (sharded over devices)."""
     seed: int = 0
