@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sparqrl.config import require
 from sparqrl.envs import is_host_env
 from sparqrl.runners import anakin, sebulba
 from sparqrl.runners.anakin import RunConfig, RunInterrupted
@@ -28,7 +29,11 @@ def resume(out_dir: str | Path, **kwargs: Any) -> dict:
 
 
 def evaluate_saved(out_dir: str | Path, episodes: int | None = None, seed: int | None = None) -> dict:
-    """Evaluate the saved policy of the run in `out_dir` (on-device runs)."""
+    """Evaluate the saved policy of the run in `out_dir`: deterministic episodes per seed."""
+    require((Path(out_dir) / "config.json").exists(), "DIR", str(out_dir), "must be the output directory of a run")
+    _, _, run = anakin.load_config(Path(out_dir))
+    if is_host_env(run.env):
+        return sebulba.evaluate_saved(out_dir, episodes, seed)
     return anakin.evaluate_saved(out_dir, episodes, seed)
 
 

@@ -269,6 +269,34 @@ def _run(module: Any, algo_name: str, config: Any, run: RunConfig, spec: Any, ou
     return summary
 
 
+def evaluate_saved(out_dir: str | Path, episodes: int | None = None, seed: int | None = None) -> dict:
+    """Evaluate the saved policy of a host-environment run: deterministic episodes per seed."""
+    out = Path(out_dir)
+    algo_name, config, run = load_config(out)
+    module, config, spec = _prepare(algo_name, config, run)
+    loop: OffPolicy = module.make_offpolicy(config, spec)
+    episodes = run.eval_episodes if episodes is None else episodes
+    cfg.require(episodes >= 1, "episodes", episodes, "must be >= 1")
+    keys = jax.random.split(jax.random.PRNGKey(run.seed), run.seeds)
+    learner_shape = jax.eval_shape(jax.vmap(loop.init), keys)
+    actor_shape = ActorState(keys, jnp.zeros(run.seeds, jnp.int32))
+    checkpointer = Checkpointer(out / "checkpoint")
+    try:
+        (learner, _), _ = checkpointer.restore(abstract_like((learner_shape, actor_shape)))
+    finally:
+        checkpointer.close()
+    params = jax.vmap(loop.policy)(learner)
+    greedy = jax.jit(lambda p, o: loop.to_env(loop.greedy(p, o)))
+    base = run.seed + 100 if seed is None else seed
+    per_seed = np.array([
+        evaluate_host(run.env, lambda o, i=i: np.asarray(greedy(jax.tree.map(lambda x: x[i], params), o)),
+                      episodes, base + i).mean()
+        for i in range(run.seeds)
+    ])
+    return {"env": run.env, "episodes_per_seed": episodes, "return_mean": float(per_seed.mean()),
+            "return_std": float(per_seed.std()), "return_per_seed": [float(x) for x in per_seed]}
+
+
 def _example_row(loop: OffPolicy, spec: Any, seeds: int, num_envs: int) -> Transition:
     """Zeros shaped like one rollout row [seeds, num_envs, ...] (what `learn` is compiled for)."""
     lead = (seeds, num_envs)

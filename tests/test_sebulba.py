@@ -1,0 +1,60 @@
+"""The actor-learner runner on host Gymnasium environments (gym:NAME)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from sparqrl.algos import ppo, td3
+from sparqrl.config import ConfigError
+from sparqrl.runners import RunConfig, evaluate_saved, resume, train
+
+SMALL = dict(total_timesteps=600, learning_starts=200, batch_size=32, hidden=(32, 32), buffer_min_size=64,
+             buffer_check_interval=100, buffer_num_oldest=32, topology_interval=50)
+
+
+@pytest.fixture(scope="module")
+def sparse_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("seb") / "run"
+    config = td3.Config(sparse="rlx2", actor_sparsity=0.9, critic_sparsity=0.8, **SMALL)
+    run = RunConfig(env="gym:Pendulum-v1", seeds=2, out=str(out), chunks=3, eval_every=0, eval_episodes=2,
+                    progress=False)
+    return out, train("td3", config, run)
+
+
+def test_summary_and_logs(sparse_run):
+    out, summary = sparse_run
+    assert summary["runner"] == "sebulba" and summary["actors"] == 1 and summary["seeds"] == 2
+    assert summary["steps"] == 600 and len(summary["final_return_per_seed"]) == 2
+    assert summary["actor_steps_per_s"] > 0 and summary["learner_updates_per_s"] > 0
+    assert summary["sparse"] == "rlx2" and summary["actor_sparsity"] == pytest.approx(0.9, abs=2e-3)
+    assert 0 < summary["size_ratio"] < 0.25 and summary["infer_flops_ratio"] == pytest.approx(0.1, abs=2e-3)
+    assert json.loads((out / "summary.json").read_text()) == summary
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert (config["nstep"], config["dynamic_buffer"], config["critic_sparsity"]) == (3, True, 0.8)
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert [int(r["chunk"]) for r in rows] == [1, 1, 2, 2, 3, 3] and int(rows[-1]["env_step"]) == 600
+    # The learner ran one gradient step per env step after the warm-up, on sparse networks.
+    assert float(rows[-1]["critic_loss"]) > 0 and float(rows[-1]["actor_sparsity"]) == pytest.approx(0.9, abs=2e-3)
+    assert float(rows[-1]["nstep"]) == 3.0
+    assert (out / "returns.png").exists()
+
+
+def test_eval_and_resume_of_a_finished_run_reproduce_the_final_evaluation(sparse_run):
+    out, summary = sparse_run
+    evaluated = evaluate_saved(out)
+    np.testing.assert_allclose(evaluated["return_per_seed"], summary["final_return_per_seed"], rtol=1e-5)
+    again = resume(out)
+    np.testing.assert_allclose(again["final_return_per_seed"], summary["final_return_per_seed"], rtol=1e-5)
+
+
+def test_host_envs_train_only_off_policy_algorithms(tmp_path):
+    with pytest.raises(ConfigError, match=r"algo='ppo' .*actor-learner runner, which trains td3 and sac"):
+        train("ppo", ppo.Config(),
+              RunConfig(env="gym:Pendulum-v1", out=str(tmp_path / "x")))
+    with pytest.raises(ConfigError, match=r"actor_sparsity=None .*must be given for env 'gym:Pendulum-v1'"):
+        train("td3", td3.Config(sparse="rigl", **SMALL), RunConfig(env="gym:Pendulum-v1", out=str(tmp_path / "y")))
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()  # nothing written
