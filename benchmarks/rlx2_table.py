@@ -38,7 +38,6 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from sparqrl.algos import get_algorithm

@@ -56,8 +56,12 @@ def sparse_run(algo_name: str, method: str):
     module = ALGOS[algo_name]
     algo = module.make_algorithm(small_config(module, method), make_env("Pendulum-v1"))
     keys = jax.random.split(jax.random.key(11), 2)
-    init = jax.jit(jax.vmap(algo.init), compiler_options=FAST_COMPILE)(keys)
-    states, metrics = jax.jit(jax.vmap(make_train_fn(algo)), compiler_options=FAST_COMPILE)(keys)
+    train = make_train_fn(algo)
+
+    def init_and_train(key):  # one program: the initial state costs no compilation of its own
+        return algo.init(key), train(key)
+
+    init, (states, metrics) = jax.jit(jax.vmap(init_and_train), compiler_options=FAST_COMPILE)(keys)
     metrics = {k: np.asarray(v) for k, v in metrics.items()}
     return algo, keys, init, states, metrics
 
@@ -98,6 +102,7 @@ def test_masks_are_exact_after_training(algo_name, method):
             masks = flat(sparse.get_masks(opt_state))
             initial_masks = flat(sparse.get_masks(start[name][1]))
             values, target_values = flat(params), [flat(t) for t in targets]
+            initial_values = flat(start[name][0])
             allocation = {a.path: a for a in sparse.allocate(params, sparsity[name])}
             # The sparse leaves are exactly the Dense kernels; everything else is dense.
             assert set(allocation) == {p for p, v in values.items() if p.endswith("kernel") and v.ndim == 2}
@@ -107,7 +112,9 @@ def test_masks_are_exact_after_training(algo_name, method):
                 mask = masks[path]
                 if path not in allocation:
                     assert mask.shape == () and bool(mask), path  # dense: the scalar True mask leaf
-                    assert np.count_nonzero(value) >= 0.9 * value.size, path  # biases trained, never masked
+                    assert np.any(value != initial_values[path]), path  # biases are trained
+                    if algo_name == "td3":  # PyTorch init: no bias entry is 0, and none is masked to 0
+                        assert np.all(value != 0.0), path
                     continue
                 assert mask.shape == value.shape and mask.dtype == bool, path
                 assert int(mask.sum()) == allocation[path].n_active, path
@@ -296,11 +303,11 @@ def test_bad_sparse_config_fails_before_tracing(module, pendulum, monkeypatch, c
 # ---- 5. determinism ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("algo_name", ["td3", "sac"])
-def test_rigl_runs_are_deterministic_and_vmap_equals_separate_runs(algo_name):
-    """Equal up to float reassociation (as in test_td3): the vmapped program batches its matmuls
+def test_rigl_runs_are_deterministic_and_vmap_equals_separate_runs():
+    """TD3 with RigL (SAC's sparse path is the same `NetTraining`; its vmapped init is tested in test_sac).
+    Equal up to float reassociation (as in test_td3): the vmapped program batches its matmuls
     differently. Counts and measured sparsities are exact."""
-    algo, keys, _, states, metrics = sparse_run(algo_name, "rigl")
+    algo, keys, _, states, metrics = sparse_run("td3", "rigl")
     single = jax.jit(make_train_fn(algo), compiler_options=FAST_COMPILE)
     first_state, first = single(keys[0])
     _, again = single(keys[0])

@@ -142,6 +142,31 @@ def tiny_hidden(config: OffPolicyConfig, params_at: Callable[[tuple[int, ...]], 
     return narrowed(width)
 
 
+def examples(env: Any) -> tuple[jax.Array, jax.Array]:
+    """A zero observation [*obs_shape] and action [|A|], to initialise networks."""
+    return jnp.zeros(env.observation_shape, jnp.float32), jnp.zeros((action_dim(env),), jnp.float32)
+
+
+def sized_networks(config: OffPolicyConfig, env: Any, actor_at: Callable, critic_at: Callable) -> tuple[Any, Any]:
+    """(actor, critic) modules at `config.hidden`, or for tiny at the widths matching the sparse
+    networks' weight counts. actor_at / critic_at: hidden widths -> flax module."""
+    hidden = tuple(config.hidden)
+    if config.sparse != "tiny":
+        return actor_at(hidden), critic_at(hidden)
+    obs, action = examples(env)
+    key = jax.random.key(0)
+    actor_hidden = tiny_hidden(config, lambda h: jax.eval_shape(actor_at(h).init, key, obs), config.actor_sparsity)
+    critic_hidden = tiny_hidden(config, lambda h: jax.eval_shape(critic_at(h).init, key, obs, action), config.critic_sparsity)
+    return actor_at(actor_hidden), critic_at(critic_hidden)
+
+
+def network_shapes(actor: Any, critic: Any, env: Any) -> dict[str, Any]:
+    """{'actor': ..., 'critic': ...} parameter shapes (for `sparse_summary`)."""
+    obs, action = examples(env)
+    key = jax.random.key(0)
+    return {"actor": jax.eval_shape(actor.init, key, obs), "critic": jax.eval_shape(critic.init, key, obs, action)}
+
+
 def sparse_summary(
     config: OffPolicyConfig, params: dict[str, Any], dense: dict[str, Any],
     trainings: dict[str, sparse.NetTraining], stored: list[str],

@@ -18,7 +18,7 @@ import math
 from typing import ClassVar, Literal, get_args
 
 from sparqrl.algos.offpolicy.config import OffPolicyConfig, Preset
-from sparqrl.config import one_of, positive, require
+from sparqrl.config import one_of, require
 from sparqrl.envs.core import require_continuous
 
 Behaviour = Literal["mean", "sample"]
@@ -89,6 +89,5 @@ class Config(OffPolicyConfig):
             "must be a finite number",
         )
         one_of("behaviour", self.behaviour, get_args(Behaviour))
-        positive("alpha_lr", self.alpha_lr)
         require_continuous(env, "sac")
         return resolved

@@ -13,7 +13,7 @@ import dataclasses
 from typing import ClassVar
 
 from sparqrl.algos.offpolicy.config import OffPolicyConfig, Preset
-from sparqrl.config import positive, require
+from sparqrl.config import require
 from sparqrl.envs.core import require_continuous
 
 
@@ -53,6 +53,5 @@ class Config(OffPolicyConfig):
         resolved = self.validate_common(env.name)
         for name in ("exploration_noise", "target_noise", "target_noise_clip"):
             require(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
-        positive("policy_delay", self.policy_delay)
         require_continuous(env, "td3")
         return resolved

@@ -110,11 +110,6 @@ class Networks(NamedTuple):
     critic: TwinCritic
 
 
-class Networks(NamedTuple):
-    actor: Actor
-    critic: TwinCritic
-
-
 def make_networks(config: Config, env: Any) -> Networks:
     """The actor and twin critic for `env`; tiny narrows them to the sparse networks' weight counts."""
     obs_ndim = len(env.observation_shape)
@@ -126,20 +121,7 @@ def make_networks(config: Config, env: Any) -> Networks:
     def critic_at(hidden: tuple[int, ...]) -> TwinCritic:
         return TwinCritic(hidden, config.activation, obs_ndim)
 
-    hidden = tuple(config.hidden)
-    if config.sparse != "tiny":
-        return Networks(actor_at(hidden), critic_at(hidden))
-    obs, action = _examples(env)
-    key = jax.random.key(0)
-    actor_hidden = loop.tiny_hidden(config, lambda h: jax.eval_shape(actor_at(h).init, key, obs), config.actor_sparsity)
-    critic_hidden = loop.tiny_hidden(
-        config, lambda h: jax.eval_shape(critic_at(h).init, key, obs, action), config.critic_sparsity
-    )
-    return Networks(actor_at(actor_hidden), critic_at(critic_hidden))
-
-
-def _examples(env: Any) -> tuple[jax.Array, jax.Array]:
-    return jnp.zeros(env.observation_shape, jnp.float32), jnp.zeros((action_dim(env),), jnp.float32)
+    return Networks(*loop.sized_networks(config, env, actor_at, critic_at))
 
 
 # ---- the agent ----------------------------------------------------------------------------
@@ -151,7 +133,7 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
     t_end = config.total_gradient_steps
     actor_training = loop.net_training(config, config.actor_sparsity, config.actor_lr, t_end // config.policy_delay)
     critic_training = loop.net_training(config, config.critic_sparsity, config.critic_lr, t_end)
-    example_obs, example_action = _examples(env)
+    example_obs, example_action = loop.examples(env)
 
     def init(key: jax.Array) -> TD3Agent:
         actor_key, critic_key, actor_mask_key, critic_mask_key = jax.random.split(key, 4)
@@ -227,13 +209,9 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
         return {"actor_sparsity": actor_training.measured_sparsity(agent.actor_opt),
                 "critic_sparsity": critic_training.measured_sparsity(agent.critic_opt)}
 
-    def shapes(n: Networks) -> dict[str, Any]:
-        key = jax.random.key(0)
-        return {"actor": jax.eval_shape(n.actor.init, key, example_obs),
-                "critic": jax.eval_shape(n.critic.init, key, example_obs, example_action)}
-
     summary = loop.sparse_summary(
-        config, shapes(nets), shapes(make_networks(dataclasses.replace(config, sparse="dense"), env)),
+        config, loop.network_shapes(*nets, env),
+        loop.network_shapes(*make_networks(dataclasses.replace(config, sparse="dense"), env), env),
         {"actor": actor_training, "critic": critic_training}, stored=["actor", "actor", "critic", "critic"],
     )
     return loop.Agent(init, lambda agent: agent.actor, behaviour, greedy, gradient_step, report,
