@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -58,3 +62,29 @@ def test_host_envs_train_only_off_policy_algorithms(tmp_path):
     with pytest.raises(ConfigError, match=r"actor_sparsity=None .*must be given for env 'gym:Pendulum-v1'"):
         train("td3", td3.Config(sparse="rigl", **SMALL), RunConfig(env="gym:Pendulum-v1", out=str(tmp_path / "y")))
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()  # nothing written
+
+
+def test_ctrl_c_saves_the_learner_where_it_stopped_and_resume_finishes(tmp_path):
+    """A real SIGINT: exit 130 and a checkpoint; `--resume` finishes with every chunk logged once."""
+    out = tmp_path / "run"
+    sets = [f"--set={k}={v}" for k, v in {**SMALL, "total_timesteps": 3000, "hidden": "32,32"}.items()]
+    cmd = [sys.executable, "-m", "sparqrl.cli", "train", "td3", "--env", "gym:Pendulum-v1", "--out", str(out),
+           "--chunks", "30", "--checkpoint-every", "1000", "--eval-every", "0", "--eval-episodes", "1",
+           "--no-progress", *sets]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = out / "metrics.csv"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 4):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "--resume" in err and any((out / "checkpoint").iterdir()) and not (out / "summary.json").exists()
+    done = subprocess.run([sys.executable, "-m", "sparqrl.cli", "train", "--resume", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 3000
+    rows = list(csv.DictReader(metrics.open()))
+    assert [int(r["chunk"]) for r in rows] == list(range(1, 31))
+    assert int(rows[-1]["env_step"]) == 3000

@@ -252,7 +252,6 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
                 # and checkpointing overlap with training instead of stalling the device
                 inflight = launch(chunk + 1, chunk_state) if chunk + 1 < len(bounds) else None
                 per_seed = {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
-                latest = (chunk + 1, chunk_state)  # one assignment: an interrupt sees a consistent pair
                 updates_done = bounds[chunk]
                 is_last = chunk == len(bounds) - 1
                 if is_last or (run.eval_every and (chunk + 1) % run.eval_every == 0):
@@ -260,6 +259,9 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
                     per_seed["eval_return"] = eval_returns.mean(axis=1)
                 env_step = updates_done * algo.env_steps_per_update
                 logger.log(chunk + 1, env_step, elapsed(), per_seed)
+                # Only a logged chunk may be checkpointed on Ctrl-C: a resume truncates the CSV to its
+                # checkpoint, so a row past it is redone, but a row missing before it would be lost.
+                latest = (chunk + 1, chunk_state)  # one assignment: an interrupt sees a consistent pair
                 session_time = max(time.perf_counter() - session_start[1], 1e-9)
                 progress.update(
                     task,

@@ -33,7 +33,7 @@ from sparqrl import config as cfg
 from sparqrl.algos import get_algorithm
 from sparqrl.algos.offpolicy.loop import OffPolicy, Transition
 from sparqrl.envs import HostVecEnv, evaluate_host, host_spec
-from sparqrl.runners.anakin import RunConfig, RunInterrupted, _device_name, _raise_interrupt, chunk_bounds, load_config
+from sparqrl.runners.anakin import RunConfig, RunInterrupted, _device_name, chunk_bounds, load_config
 from sparqrl.runners.checkpoint import Checkpointer, abstract_like
 from sparqrl.telemetry import RunLogger, make_progress, plot_returns
 
@@ -156,24 +156,28 @@ def _run(module: Any, algo_name: str, config: Any, run: RunConfig, spec: Any, ou
     greedy = jax.jit(lambda p, o: loop.to_env(loop.greedy(p, o)))
     compile_time = time.perf_counter() - compile_start
 
+    # Checkpoints are numbered by learner updates (the policy version): an interrupt saves the learner
+    # exactly where it stopped, which may be inside a chunk.
     checkpointer = Checkpointer(out / "checkpoint")
-    done_chunks, prior = 0, {"wall_time_s": 0.0, "compile_time_s": 0.0, "actor_s": 0.0, "learner_s": 0.0}
+    done_chunks, updates_done = 0, 0
+    prior = {"wall_time_s": 0.0, "compile_time_s": 0.0, "actor_s": 0.0, "learner_s": 0.0}
     if resuming:
-        (learner, actor_state), meta = checkpointer.restore(abstract_like((learner, actor_state)))
-        done_chunks = meta["chunks_done"]
-        prior = {k: meta[k] for k in prior}
+        (learner, actor_state), saved = checkpointer.restore(abstract_like((learner, actor_state)))
+        done_chunks, updates_done = saved["chunks_done"], saved["updates_done"]
+        prior = {k: saved[k] for k in prior}
     compile_time += prior["compile_time_s"]
     timers = {"actor_s": prior["actor_s"], "learner_s": prior["learner_s"]}
-    updates_done = bounds[done_chunks - 1] if done_chunks else 0
+    logged_step = (bounds[done_chunks - 1] if done_chunks else 0) * num_envs
     logger = RunLogger(out, resume_chunk=done_chunks if resuming else None,
-                       resume_step=updates_done * num_envs + 1 if resuming else None)
-    actor.reset(run.seed + 1000 * done_chunks)
+                       resume_step=logged_step + 1 if resuming else None)
+    actor.reset(run.seed + 1000 + updates_done)  # host simulators restart: fresh, reseeded episodes
 
     def elapsed() -> float:
         return prior["wall_time_s"] + time.perf_counter() - wall_start
 
-    def meta(chunks: int) -> dict:
-        return {"chunks_done": chunks, "wall_time_s": elapsed(), "compile_time_s": compile_time, **timers}
+    def meta() -> dict:
+        return {"chunks_done": done_chunks, "updates_done": updates_done, "wall_time_s": elapsed(),
+                "compile_time_s": compile_time, **timers}
 
     def evaluate(learner: Any, episodes: int) -> np.ndarray:
         """[seeds, episodes] deterministic returns, each seed's policy on its own host envs."""
@@ -184,9 +188,9 @@ def _run(module: Any, algo_name: str, config: Any, run: RunConfig, spec: Any, ou
             for i in range(seeds)
         ])
 
-    previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
+    stop = _StopRequests()
     progress = make_progress(run.progress)
-    eval_returns, saved_at, version = None, done_chunks, updates_done
+    eval_returns, saved_at = None, updates_done
     session_start = (updates_done * num_envs, time.perf_counter())
     try:
         with progress:
@@ -196,17 +200,17 @@ def _run(module: Any, algo_name: str, config: Any, run: RunConfig, spec: Any, ou
                 sums, ep_sum, ep_count = zeros(), np.zeros(seeds), np.zeros(seeds)
                 n = bounds[chunk] - updates_done
                 for _ in range(n):
+                    stop.check()  # between learner calls only: never with donated buffers in flight
                     t0 = time.perf_counter()
-                    rollout, actor_state = actor.step(PolicyCopy(policy_fn(learner), version), actor_state)
+                    rollout, actor_state = actor.step(PolicyCopy(policy_fn(learner), updates_done), actor_state)
                     t1 = time.perf_counter()
                     learner, sums = learn_c(learner, sums, rollout.row)
                     jax.block_until_ready(sums)
                     timers["actor_s"] += t1 - t0
                     timers["learner_s"] += time.perf_counter() - t1
-                    version += 1
+                    updates_done += 1
                     ep_sum += np.where(rollout.episode_done, rollout.episode_return, 0.0).sum(axis=1)
                     ep_count += rollout.episode_done.sum(axis=1)
-                updates_done = bounds[chunk]
                 per_seed = {k: np.asarray(v) / n for k, v in jax.device_get(sums).items()}
                 per_seed["episode_return"] = np.where(ep_count > 0, ep_sum / np.maximum(ep_count, 1), np.nan)
                 is_last = chunk == len(bounds) - 1
@@ -219,21 +223,19 @@ def _run(module: Any, algo_name: str, config: Any, run: RunConfig, spec: Any, ou
                 ret = per_seed["episode_return"]
                 progress.update(task, completed=env_step, sps=rate,
                                 ret="-" if np.all(np.isnan(ret)) else f"{np.nanmean(ret):.1f}")
-                if is_last or (chunk + 1) % run.checkpoint_every == 0:
-                    checkpointer.save(chunk + 1, (learner, actor_state), meta(chunk + 1))
-                    saved_at = chunk + 1
                 done_chunks = chunk + 1
+                if is_last or done_chunks % run.checkpoint_every == 0:
+                    checkpointer.save(updates_done, (learner, actor_state), meta())
+                    saved_at = updates_done
     except KeyboardInterrupt:
-        # The learner state is consistent between two learner calls; a partial chunk is saved as the
-        # last whole chunk (its extra steps are redone on resume).
-        if saved_at != done_chunks:
-            checkpointer.save(done_chunks, (learner, actor_state), meta(done_chunks))
+        if saved_at != updates_done:
+            checkpointer.save(updates_done, (learner, actor_state), meta())
         raise RunInterrupted(
-            f"interrupted after {bounds[done_chunks - 1] * num_envs if done_chunks else 0} env steps per seed; "
+            f"interrupted after {updates_done * num_envs} env steps per seed; "
             f"checkpoint saved; continue with: sparqrl train --resume {out}"
         ) from None
     finally:
-        signal.signal(signal.SIGTERM, previous_sigterm)
+        stop.close()
         logger.close()
         checkpointer.close()
         actor.close()
@@ -243,7 +245,7 @@ def _run(module: Any, algo_name: str, config: Any, run: RunConfig, spec: Any, ou
     wall = elapsed()
     final = eval_returns.mean(axis=1)
     steps = num_updates * num_envs
-    gradient_steps = int(np.asarray(learner.gradient_steps)[0])
+    gradient_steps = int(np.asarray(learner.gradient_steps)[0])  # this session's and earlier ones
     summary = {
         "algo": algo_name,
         "env": run.env,
@@ -267,6 +269,26 @@ def _run(module: Any, algo_name: str, config: Any, run: RunConfig, spec: Any, ou
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     plot_returns(out / "metrics.csv", out / "returns.png", f"{algo_name} on {run.env}, {seeds} seed(s)")
     return summary
+
+
+class _StopRequests:
+    """Ctrl-C and SIGTERM become a flag the loop checks between learner calls (`check` raises
+    KeyboardInterrupt then), so an interrupt never lands while donated learner buffers are in flight."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = {sig: signal.signal(sig, self._request) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _request(self, signum: int, frame: Any) -> None:  # noqa: ARG002 - signal handler signature
+        self.requested = True
+
+    def check(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+    def close(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 def evaluate_saved(out_dir: str | Path, episodes: int | None = None, seed: int | None = None) -> dict:
