@@ -59,15 +59,16 @@ def _init_and_train(algo):
 def compiled_runs():
     """One jitted program holding every run the mask and determinism tests look at: each (algorithm,
     masked method) vmapped over 2 seeds, returning (initial states, (final states, metrics)), and TD3 with
-    RigL on each seed alone. Compiling them together takes about half the time of compiling them apart."""
+    RigL run on each seed separately. Compiled together they take less time than apart (74 s against 87 s,
+    measured with another job on one of the 2 cores)."""
     env = make_env("Pendulum-v1")
     algos = {f"{a}/{m}": ALGOS[a].make_algorithm(small_config(ALGOS[a], m), env) for a in ALGOS for m in MASKED_METHODS}
     keys = jax.random.split(jax.random.key(11), 2)
 
     def program(keys):
         out = {name: jax.vmap(_init_and_train(algo))(keys) for name, algo in algos.items()}
-        single = make_train_fn(algos["td3/rigl"])
-        out["td3/rigl/single"] = [single(key) for key in keys]
+        # each seed alone: lax.map runs the unbatched program once per key
+        out["td3/rigl/single"] = jax.lax.map(make_train_fn(algos["td3/rigl"]), keys)
         return out
 
     return algos, keys, jax.jit(program, compiler_options=FAST_COMPILE)
@@ -84,6 +85,11 @@ def sparse_run(algo_name: str, method: str):
     algos, keys, _ = compiled_runs()
     init, (states, metrics) = runs()[f"{algo_name}/{method}"]
     return algos[f"{algo_name}/{method}"], keys, init, states, {k: np.asarray(v) for k, v in metrics.items()}
+
+
+def host(x) -> np.ndarray:
+    """A NumPy copy of an array; PRNG keys as their key data."""
+    return np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
 
 
 def seed(tree, i: int):
@@ -334,16 +340,19 @@ def test_rigl_runs_are_deterministic_and_vmap_equals_separate_runs():
     first = runs()
     for run in ("td3/rigl", "sac/rigl", "td3/rigl/single"):
         for a, b in zip(jax.tree.leaves(first[run]), jax.tree.leaves(again[run])):
-            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=run)
-    for i, (state, m) in enumerate(first["td3/rigl/single"]):
+            np.testing.assert_array_equal(host(a), host(b), err_msg=run)
+    for i in range(len(keys)):
+        state, m = jax.tree.map(lambda x: x[i], first["td3/rigl/single"])
         for name in m:
             exact = name in ("buffer_size", "nstep", EPISODE_COUNT, "actor_sparsity", "critic_sparsity")
             tol = 0.0 if exact else 2e-3
             np.testing.assert_allclose(metrics[name][i], np.asarray(m[name]), rtol=tol, atol=tol, err_msg=name)
         np.testing.assert_array_equal(np.asarray(states.learner.gradient_steps[i]), np.asarray(state.learner.gradient_steps))
-        masks = sparse.get_masks(seed(states.learner.agent.critic_opt, i))
-        for a, b in zip(jax.tree.leaves(masks), jax.tree.leaves(sparse.get_masks(state.learner.agent.critic_opt))):
-            assert np.mean(np.asarray(a) == np.asarray(b)) > 0.9  # near-ties of |grad| may grow differently
+        for net in ("actor_opt", "critic_opt"):  # the same topology updates
+            batched = sparse.get_masks(seed(getattr(states.learner.agent, net), i))
+            alone = sparse.get_masks(getattr(state.learner.agent, net))
+            for a, b in zip(jax.tree.leaves(batched), jax.tree.leaves(alone)):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=net)
     assert not np.allclose(metrics["critic_loss"][0], metrics["critic_loss"][1])  # the seeds differ
 
 
@@ -363,7 +372,17 @@ def test_cli_rlx2_without_sparsities_on_an_unknown_env_is_an_error(capsys, tmp_p
     assert not out.exists()
 
 
-def test_cli_sparse_aliases_reach_summary_and_config(capsys, tmp_path):
+@pytest.fixture
+def fast_compile():
+    """The runner compiles with XLA's defaults; for a run this short optimising costs more than it saves
+    (14 s against 22 s for the test below)."""
+    previous = jax.config.values["jax_disable_most_optimizations"]
+    jax.config.update("jax_disable_most_optimizations", True)
+    yield
+    jax.config.update("jax_disable_most_optimizations", previous)
+
+
+def test_cli_sparse_aliases_reach_summary_and_config(capsys, tmp_path, fast_compile):
     """`--sparse rigl --actor-sparsity 0.9 --critic-sparsity 0.8` on a short real run: summary.json has the
     sparse fields and config.json the resolved values."""
     out = tmp_path / "run"

@@ -279,3 +279,30 @@ def test_sac_learns_pendulum(pendulum):
     mean = float(np.asarray(returns).mean())
     print("SAC Pendulum-v1 deterministic return:", mean, "alpha", float(metrics["alpha"][-1]))
     assert mean >= -400
+
+
+@pytest.mark.slow
+def test_sac_rlx2_90_learns_pendulum(pendulum):
+    """RLx2 SAC at 90 % actor and critic sparsity: the dense test's budget and settings with sparse="rlx2"
+    (RigL topology, delayed 3-step target, dynamic buffer), Pendulum-v1, seed 0.
+
+    10,000 env steps, 9,000 gradient steps; a topology update of each network every 1,000 of them (8 each,
+    T_end 9,000). Deterministic evaluation, 10 episodes.
+    Measured on the shared 2-core CPU: eval mean −167 for seed 0 (the dense test: −167); 109 s including
+    compilation, with another job using one of the cores. Threshold −400, as the dense test.
+    """
+    config = sac.Config(total_timesteps=10_000, learning_starts=1_000, buffer_min_size=5_000, buffer_check_interval=2_000,
+                        sparse="rlx2", actor_sparsity=0.9, critic_sparsity=0.9, topology_interval=1_000)
+    algo = sac.make_algorithm(config, pendulum)
+    t0 = time.time()
+    state, metrics = jax.jit(make_train_fn(algo))(jax.random.key(0))
+    returns = jax.jit(lambda p, k: evaluate(pendulum, algo.act, p, k, 10))(algo.policy(state), jax.random.key(1))
+    mean = float(np.asarray(returns).mean())
+    print(f"SAC rlx2 90/90 Pendulum-v1 deterministic return: {mean:.1f} ({time.time() - t0:.0f} s)")
+    assert (config.validate(pendulum).nstep, config.validate(pendulum).dynamic_buffer) == (3, True)
+    assert algo.summary["actor_sparsity"] == pytest.approx(0.9, abs=1e-4)
+    assert algo.summary["critic_sparsity"] == pytest.approx(0.9, abs=1e-4)
+    # measured in the masks at the end of the run (floor(s_l·N_l) zeros keep at most one extra weight per layer)
+    assert float(metrics["actor_sparsity"][-1]) == pytest.approx(0.9, abs=1e-4)
+    assert float(metrics["critic_sparsity"][-1]) == pytest.approx(0.9, abs=1e-4)
+    assert mean >= -400
