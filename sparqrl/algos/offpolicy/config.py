@@ -251,6 +251,7 @@ class OffPolicyConfig:
             require(isinstance(getattr(self, name), (int, float)), name, getattr(self, name), "must be a number")
             positive(name, getattr(self, name))
         one_of("sparse", self.sparse, get_args(SparseMethod))
+        actor_sparsity, critic_sparsity = self.resolve_sparsity(env_name)
         if self.nstep is not None:
             require(isinstance(self.nstep, int) and not isinstance(self.nstep, bool) and self.nstep >= 1,
                     "nstep", self.nstep, "must be an int >= 1 (or None: by the sparse method)")
@@ -264,7 +265,6 @@ class OffPolicyConfig:
             self.total_timesteps >= self.num_envs, "total_timesteps", self.total_timesteps,
             f"must be >= num_envs ({self.num_envs}) for at least one update",
         )
-        actor_sparsity, critic_sparsity = self.resolve_sparsity(env_name)
         resolved = dataclasses.replace(
             self, nstep=self.horizon, dynamic_buffer=self.use_dynamic_buffer,
             actor_sparsity=actor_sparsity, critic_sparsity=critic_sparsity,
