@@ -116,10 +116,13 @@ def test_seeds_are_sharded_over_devices(tmp_path):
 
 
 def test_ctrl_c_leaves_a_resumable_run(tmp_path):
-    """A real SIGINT to the command line: exit 130, a checkpoint, and `--resume` finishes the run."""
+    """A real SIGINT to the command line: exit 130, a checkpoint, and `--resume` finishes the run.
+
+    2,000 chunks of one PPO update each: the run lasts seconds after the signal is sent even on a
+    loaded machine (with 200 it could end before the signal arrived and exit 0)."""
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "sparqrl.cli", "train", "ppo", "--steps", str(200 * 512), "--out", str(out),
-           "--chunks", "200", "--checkpoint-every", "1000", "--no-progress"]
+    cmd = [sys.executable, "-m", "sparqrl.cli", "train", "ppo", "--steps", str(2000 * 512), "--out", str(out),
+           "--chunks", "2000", "--checkpoint-every", "100000", "--eval-every", "0", "--no-progress"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = out / "metrics.csv"
     import time
@@ -137,6 +140,6 @@ def test_ctrl_c_leaves_a_resumable_run(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["steps"] == 200 * 512
+    assert summary["steps"] == 2000 * 512
     chunks = [int(line.split(",")[0]) for line in metrics.read_text().strip().splitlines()[1:]]
-    assert chunks == list(range(1, 201))
+    assert chunks == list(range(1, 2001))
