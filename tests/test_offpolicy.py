@@ -405,3 +405,19 @@ def test_cli_sparse_aliases_reach_summary_and_config(capsys, tmp_path, fast_comp
     assert (config["nstep"], config["dynamic_buffer"], config["hidden"]) == (1, False, [32, 32])  # resolved for rigl
     metrics_csv = (out / "metrics.csv").read_text().splitlines()
     assert "actor_sparsity" in metrics_csv[0] and "critic_sparsity" in metrics_csv[0]
+
+
+def test_config_choices_match_the_library():
+    from typing import get_args
+
+    from sparqrl import sparse
+    from sparqrl.algos.offpolicy import config as oc
+    from sparqrl.nets.modules import ACTIVATIONS
+    from sparqrl.replay import dynamic
+
+    assert set(get_args(oc.Activation)) <= set(ACTIVATIONS)
+    assert get_args(oc.ShrinkRule) == get_args(dynamic.ShrinkRule)
+    assert get_args(oc.Distance) == get_args(dynamic.Distance)
+    assert get_args(oc.Allocation) == sparse.ALLOCATIONS
+    assert get_args(oc.InitMask) == sparse.INIT_METHODS
+    assert set(oc.TOPOLOGY.values()) <= set(sparse.TOPOLOGY_METHODS)

@@ -33,9 +33,9 @@ import tyro
 from sparqrl.config import fail, in_unit_interval, one_of, positive, require
 from sparqrl.replay.dynamic import validate_replay
 
-# Literals kept here, not imported from sparqrl.nets / sparqrl.replay / sparqrl.sparse, so that reading
-# a config (the CLI's help) does not import JAX. They match `ACTIVATIONS`, `dynamic.ShrinkRule`,
-# `dynamic.Distance`, `sparse.ALLOCATIONS` and `sparse.INIT_METHODS`.
+# The choices as Literals, so tyro's help and `--set` parsing list them; they match `nets.ACTIVATIONS`,
+# `dynamic.ShrinkRule`, `dynamic.Distance`, `sparse.ALLOCATIONS` and `sparse.INIT_METHODS` (a test
+# checks that they stay in step).
 Activation = Literal["relu", "tanh"]
 ShrinkRule = Literal["tenth", "until_below"]
 Distance = Literal["half_mse", "l2"]
