@@ -306,3 +306,26 @@ def test_sac_rlx2_90_learns_pendulum(pendulum):
     assert float(metrics["actor_sparsity"][-1]) == pytest.approx(0.9, abs=1e-4)
     assert float(metrics["critic_sparsity"][-1]) == pytest.approx(0.9, abs=1e-4)
     assert mean >= -400
+
+
+def test_critic_grow_score_adds_the_actor_loss_gradient(pendulum):
+    """RLx2 quirk 6: the critic's RigL grow score includes d(actor loss)/d(critic) of the iteration before
+    the update. It is computed on that iteration only (49 = ΔT - 1 here) and kept; nothing else in
+    training changes before the update (gradient step 50, taken at update 149)."""
+    def run(score):
+        config = sac.Config(total_timesteps=199, learning_starts=100, batch_size=16, hidden=(16, 16),
+                            sparse="rigl", actor_sparsity=0.8, critic_sparsity=0.8, topology_interval=50,
+                            critic_grow_score=score)
+        state, metrics = jax.jit(make_train_fn(sac.make_algorithm(config, pendulum)))(jax.random.key(0))
+        return state.learner, metrics
+
+    learner_a, metrics_a = run("with_actor_grad")
+    learner_b, metrics_b = run("critic_loss")
+    assert int(learner_a.gradient_steps) == 99
+    for name in ("critic_loss", "actor_loss", "alpha"):
+        np.testing.assert_array_equal(np.asarray(metrics_a[name][:149]), np.asarray(metrics_b[name][:149]), err_msg=name)
+    grad_a = jax.tree.leaves(learner_a.agent.critic_actor_grad)
+    assert all(np.all(np.asarray(g) == 0.0) for g in jax.tree.leaves(learner_b.agent.critic_actor_grad))
+    assert any(np.any(np.asarray(g) != 0.0) for g in grad_a)
+    with pytest.raises(ConfigError, match=r"critic_grow_score='actor' .*with_actor_grad, critic_loss"):
+        sac.Config(critic_grow_score="actor").validate(pendulum)

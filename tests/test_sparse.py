@@ -546,3 +546,18 @@ def test_net_training_keeps_ppo_and_dqn_networks_sparse(net):
         assert np.all(m.reshape(2, -1).sum(axis=1) == n_active), path
     assert any(not np.array_equal(np.asarray(flat_m[p]), np.asarray(flat_0[p])) for p in counts)  # topology moved
     assert np.all(np.isfinite(np.asarray(final_loss)))
+
+
+def test_rigl_grows_by_grow_grads_when_given():
+    """`apply_gradients(..., grow_grads=g)` scores the grow step with g (the optimizer still uses grads)."""
+    params = {"w": {"kernel": jnp.arange(1.0, 17.0).reshape(4, 4)}}
+    masks = {"w": {"kernel": jnp.arange(16).reshape(4, 4) >= 8}}  # the 8 largest weights active
+    tx = sp.masked(optax.sgd(0.0), masks)
+    schedule = sp.TopologySchedule(method="rigl", interval=1, t_end=10**6, zeta0=0.5)
+    grads = {"w": {"kernel": jnp.zeros((4, 4))}}
+    grow = {"w": {"kernel": jnp.zeros((4, 4)).at[1].set(jnp.array([5.0, 4.0, 3.0, 2.0]))}}
+    out = sp.apply_gradients(jax.random.key(0), 1, params, tx.init(params), grads, tx, schedule, grow_grads=grow)
+    mask = np.asarray(sp.get_masks(out.opt_state)["w"]["kernel"])
+    # 8 active * zeta(1) = 0.5 -> 4 dropped (row 2: the smallest active) and 4 grown where `grow` is
+    # largest (row 1); scored by the zero `grads`, ties would have grown row 0 (lowest indices)
+    np.testing.assert_array_equal(mask, np.array([[0, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]], bool))

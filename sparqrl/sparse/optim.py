@@ -186,17 +186,20 @@ def apply_gradients(
     grads: Params,
     tx: optax.GradientTransformation,
     schedule: TopologySchedule,
+    grow_grads: Params | None = None,
 ) -> SparseStep:
     """One training iteration of a sparse network, as the reference runs it (§3.7):
 
-    1. `topology_step` (drop/grow on update steps, RigL scoring with the dense `grads`);
+    1. `topology_step` (drop/grow on update steps, RigL scoring with the dense `grads`, or with
+       `grow_grads` when given: e.g. RLx2 SAC's critic score, which adds the actor loss's gradient);
     2. the optimizer step ``params + tx.update(grads, opt_state, params)``, skipped on update steps
        when ``schedule.skip_step_on_update`` (quirk 5; both params and optimizer state then stay as
        the topology update left them). If not skipped it uses the new masks.
 
     `tx` must be (or end with) `masked`. Jittable.
     """
-    params, opt_state, updated = topology_step(key, step, params, opt_state, grads, schedule)
+    score = grads if grow_grads is None else grow_grads
+    params, opt_state, updated = topology_step(key, step, params, opt_state, score, schedule)
 
     def optimize(operand: tuple) -> tuple[Params, optax.OptState]:
         params, opt_state, grads = operand

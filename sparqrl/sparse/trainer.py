@@ -72,15 +72,16 @@ class NetTraining:
         return params, masked(self.inner, masks).init(params)
 
     def step(
-        self, key: jax.Array, count: jax.Array, params: Params, opt_state: optax.OptState, grads: Params
+        self, key: jax.Array, count: jax.Array, params: Params, opt_state: optax.OptState, grads: Params,
+        grow_grads: Params | None = None,
     ) -> SparseStep:
         """One training iteration: on a topology-update iteration drop/grow (RigL scores with the dense
-        `grads`), then the masked optimizer step (`sparse.apply_gradients`). `count` is this network's
-        scheduler-call count including this call (1-based)."""
+        `grads`, or `grow_grads` when given), then the masked optimizer step (`sparse.apply_gradients`).
+        `count` is this network's scheduler-call count including this call (1-based)."""
         if not self.is_sparse:
             updates, opt_state = self.inner.update(grads, opt_state, params)
             return SparseStep(optax.apply_updates(params, updates), opt_state, jnp.zeros((), bool))
-        return apply_gradients(key, count, params, opt_state, grads, self.tx, self.schedule)
+        return apply_gradients(key, count, params, opt_state, grads, self.tx, self.schedule, grow_grads)
 
     def masks(self, opt_state: optax.OptState) -> MaskTree | None:
         return get_masks(opt_state) if self.is_sparse else None

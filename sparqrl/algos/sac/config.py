@@ -22,6 +22,7 @@ from sparqrl.config import one_of, require
 from sparqrl.envs.core import require_continuous
 
 Behaviour = Literal["mean", "sample"]
+GrowScore = Literal["with_actor_grad", "critic_loss"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +67,11 @@ class Config(OffPolicyConfig):
     behaviour: Behaviour = "mean"
     """Action used to collect data after warm-up: mean = tanh(μ(s)) (RLx2's code), sample = a ~ π(·|s)."""
 
+    critic_grow_score: GrowScore = "with_actor_grad"
+    """RigL grow score of the critic: with_actor_grad adds the previous iteration's actor-loss gradient
+    w.r.t. the critic weights to the critic-loss gradient, as RLx2's code does (quirk 6); critic_loss
+    uses the critic loss alone."""
+
     def target_entropy(self, num_actions: int) -> float:
         """H_target for |A| = num_actions."""
         return self.target_entropy_per_dim * num_actions
@@ -89,5 +95,6 @@ class Config(OffPolicyConfig):
             "must be a finite number",
         )
         one_of("behaviour", self.behaviour, get_args(Behaviour))
+        one_of("critic_grow_score", self.critic_grow_score, get_args(GrowScore))
         require_continuous(env, "sac")
         return resolved

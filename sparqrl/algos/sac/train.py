@@ -11,8 +11,9 @@ One gradient step on a batch of n-step windows:
 3. every `target_update_interval` steps, a Polyak update of the target critic. SAC has no actor target.
 
 Sparse methods change only how each network is trained (`sparse.NetTraining`) or, for tiny, its widths.
-The critic's RigL grow score is the critic-loss gradient (RLx2's code also adds the previous
-iteration's actor-loss gradient w.r.t. the critic, quirk 6; not reproduced).
+The critic's RigL grow score adds, as RLx2's code does (quirk 6), the actor-loss gradient w.r.t. the
+critic weights of the iteration before the topology update (`critic_grow_score`; the actor step of
+that iteration computes it, and only that one).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class SACAgent(NamedTuple):
     actor_opt: optax.OptState
     critic_opt: optax.OptState
     alpha_opt: optax.OptState
+    critic_actor_grad: Any  # d(actor loss)/d(critic) of the last actor step before a critic topology update
 
 
 # ---- networks ------------------------------------------------------------------------------
@@ -142,6 +144,10 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
     )
     critic_training = loop.net_training(config, config.critic_sparsity, config.critic_lr, t_end)
     alpha_opt = optax.adam(config.alpha_lr)
+    grow_with_actor_grad = (
+        critic_training.is_sparse and critic_training.schedule.method == "rigl"
+        and config.critic_grow_score == "with_actor_grad"
+    )
     target_entropy = config.target_entropy(action_dim(env))
     example_obs, example_action = loop.examples(env)
 
@@ -156,7 +162,8 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
         actor, actor_opt = actor_training.init(actor_mask_key, actor_params)
         critic, critic_opt = critic_training.init(critic_mask_key, critic_params)
         log_alpha = jnp.asarray(np.log(config.init_alpha), jnp.float32)
-        return SACAgent(actor, critic, critic, log_alpha, actor_opt, critic_opt, alpha_opt.init(log_alpha))
+        return SACAgent(actor, critic, critic, log_alpha, actor_opt, critic_opt, alpha_opt.init(log_alpha),
+                        jax.tree.map(jnp.zeros_like, critic))
 
     def greedy(actor_params: Any, obs: jax.Array) -> jax.Array:
         return jnp.tanh(nets.actor.apply(actor_params, obs)[0])
@@ -173,29 +180,37 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
 
     def actor_and_alpha(operand: tuple) -> tuple:
         """Actor on mean(α log π − min Q) against the just-updated critic, then the temperature."""
-        agent, critic, obs, key, actor_updates = operand
+        agent, critic, obs, key, actor_updates, score_due = operand
         sample_key, topology_key = jax.random.split(key)
         alpha = jnp.exp(agent.log_alpha)
 
-        def actor_objective(params: Any) -> tuple[jax.Array, jax.Array]:
+        def actor_objective(params: Any, critic: Any) -> tuple[jax.Array, jax.Array]:
             mean, log_std = nets.actor.apply(params, obs)
             new_action, log_prob = sample_squashed_gaussian(sample_key, mean, log_std)
             q1, q2 = nets.critic.apply(critic, obs, new_action)
             return actor_loss(alpha, log_prob, jnp.minimum(q1, q2)), log_prob
 
-        (a_loss, log_prob), grads = jax.value_and_grad(actor_objective, has_aux=True)(agent.actor)
+        (a_loss, log_prob), grads = jax.value_and_grad(actor_objective, has_aux=True)(agent.actor, critic)
+        critic_actor_grad = agent.critic_actor_grad
+        if grow_with_actor_grad:  # only before a critic topology update: the extra backward is not free
+            critic_actor_grad = lockstep_cond(
+                score_due, lambda op: jax.grad(lambda c: actor_objective(op[0], c)[0])(op[1]),
+                lambda op: op[2], (agent.actor, critic, critic_actor_grad),
+            )
         step = actor_training.step(topology_key, actor_updates, agent.actor, agent.actor_opt, grads)
         log_alpha, alpha_opt_state = agent.log_alpha, agent.alpha_opt
         if config.learn_alpha:
             alpha_grad = jax.grad(temperature_loss)(agent.log_alpha, log_prob, target_entropy)
             alpha_update, alpha_opt_state = alpha_opt.update(alpha_grad, alpha_opt_state, log_alpha)
             log_alpha = optax.apply_updates(log_alpha, alpha_update)
-        return step.params, step.opt_state, log_alpha, alpha_opt_state, a_loss, -jnp.mean(log_prob)
+        return (step.params, step.opt_state, log_alpha, alpha_opt_state, a_loss, -jnp.mean(log_prob),
+                critic_actor_grad)
 
     def skip_actor(operand: tuple) -> tuple:
         agent = operand[0]
         zero = jnp.zeros((), jnp.float32)
-        return agent.actor, agent.actor_opt, agent.log_alpha, agent.alpha_opt, zero, zero
+        return (agent.actor, agent.actor_opt, agent.log_alpha, agent.alpha_opt, zero, zero,
+                agent.critic_actor_grad)
 
     def polyak(operand: tuple) -> Any:
         critic, critic_target, critic_opt = operand
@@ -222,12 +237,14 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
             return critic_loss(q1, q2, target), jnp.mean(q1)
 
         (c_loss, q_mean), grads = jax.value_and_grad(critic_objective, has_aux=True)(agent.critic)
-        critic = critic_training.step(critic_key, iteration, agent.critic, agent.critic_opt, grads)
+        grow_grads = jax.tree.map(jnp.add, grads, agent.critic_actor_grad) if grow_with_actor_grad else None
+        critic = critic_training.step(critic_key, iteration, agent.critic, agent.critic_opt, grads, grow_grads)
 
         do_actor = iteration % config.actor_update_interval == 0
-        actor, actor_opt, log_alpha, alpha_opt_state, a_loss, entropy = lockstep_cond(
+        score_due = critic_training.schedule.should_update(iteration + 1)  # the critic's next update
+        actor, actor_opt, log_alpha, alpha_opt_state, a_loss, entropy, critic_actor_grad = lockstep_cond(
             do_actor, actor_and_alpha, skip_actor,
-            (agent, critic.params, obs, actor_key, iteration // config.actor_update_interval),
+            (agent, critic.params, obs, actor_key, iteration // config.actor_update_interval, score_due),
         )
         critic_target = lockstep_cond(
             iteration % config.target_update_interval == 0, polyak, lambda op: op[1],
@@ -238,7 +255,8 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
             "critic_loss": (c_loss, one), "q_mean": (q_mean, one),
             "actor_loss": (a_loss, actor_weight), "entropy": (entropy, actor_weight),  # −mean log π of the actor's batch
         }
-        new_agent = SACAgent(actor, critic.params, critic_target, log_alpha, actor_opt, critic.opt_state, alpha_opt_state)
+        new_agent = SACAgent(actor, critic.params, critic_target, log_alpha, actor_opt, critic.opt_state,
+                             alpha_opt_state, critic_actor_grad)
         return new_agent, metrics
 
     def report(agent: SACAgent) -> dict[str, jax.Array]:
