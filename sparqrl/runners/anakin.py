@@ -230,7 +230,9 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
     def meta(chunks_done: int) -> dict:
         return {"chunks_done": chunks_done, "wall_time_s": elapsed(), "compile_time_s": compile_time}
 
-    previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # Both signals are taken over explicitly: a process started with SIGINT ignored (as some parents,
+    # e.g. pytest-xdist workers, start their children) would otherwise run on through Ctrl-C.
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     progress = make_progress(run.progress)
     saved_at = done_chunks
     session_start = (updates_done * algo.env_steps_per_update, time.perf_counter())
@@ -283,7 +285,8 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
             f"env steps per seed; checkpoint saved; continue with: sparqrl train --resume {out}"
         ) from None
     finally:
-        signal.signal(signal.SIGTERM, previous_sigterm)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         logger.close()
         checkpointer.close()
 
