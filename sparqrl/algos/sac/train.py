@@ -175,6 +175,13 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
             return sample_squashed_gaussian(key, mean, log_std)[0], policy_mean
         return policy_mean, policy_mean
 
+    def actor_objective(params: Any, critic: Any, obs: jax.Array, key: jax.Array, alpha: jax.Array) -> tuple:
+        """(mean(α log π(a|s) − min Q(s, a)), log π) with a ~ π(·|s) drawn with `key`."""
+        mean, log_std = nets.actor.apply(params, obs)
+        new_action, log_prob = sample_squashed_gaussian(key, mean, log_std)
+        q1, q2 = nets.critic.apply(critic, obs, new_action)
+        return actor_loss(alpha, log_prob, jnp.minimum(q1, q2)), log_prob
+
     # The gated branches are `lockstep_cond`s (cheap under vmap when skipped): they take every traced
     # value as an argument and close over none.
 
@@ -184,18 +191,14 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
         sample_key, topology_key = jax.random.split(key)
         alpha = jnp.exp(agent.log_alpha)
 
-        def actor_objective(params: Any, critic: Any) -> tuple[jax.Array, jax.Array]:
-            mean, log_std = nets.actor.apply(params, obs)
-            new_action, log_prob = sample_squashed_gaussian(sample_key, mean, log_std)
-            q1, q2 = nets.critic.apply(critic, obs, new_action)
-            return actor_loss(alpha, log_prob, jnp.minimum(q1, q2)), log_prob
-
-        (a_loss, log_prob), grads = jax.value_and_grad(actor_objective, has_aux=True)(agent.actor, critic)
+        (a_loss, log_prob), grads = jax.value_and_grad(actor_objective, has_aux=True)(
+            agent.actor, critic, obs, sample_key, alpha
+        )
         critic_actor_grad = agent.critic_actor_grad
         if grow_with_actor_grad:  # only before a critic topology update: the extra backward is not free
             critic_actor_grad = lockstep_cond(
-                score_due, lambda op: jax.grad(lambda c: actor_objective(op[0], c)[0])(op[1]),
-                lambda op: op[2], (agent.actor, critic, critic_actor_grad),
+                score_due, lambda op: jax.grad(lambda c: actor_objective(op[0], c, *op[3:])[0])(op[1]),
+                lambda op: op[2], (agent.actor, critic, critic_actor_grad, obs, sample_key, alpha),
             )
         step = actor_training.step(topology_key, actor_updates, agent.actor, agent.actor_opt, grads)
         log_alpha, alpha_opt_state = agent.log_alpha, agent.alpha_opt
