@@ -230,9 +230,7 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
     def meta(chunks_done: int) -> dict:
         return {"chunks_done": chunks_done, "wall_time_s": elapsed(), "compile_time_s": compile_time}
 
-    # Both signals are taken over explicitly: a process started with SIGINT ignored (as some parents,
-    # e.g. pytest-xdist workers, start their children) would otherwise run on through Ctrl-C.
-    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stop = StopRequests()
     progress = make_progress(run.progress)
     saved_at = done_chunks
     session_start = (updates_done * algo.env_steps_per_update, time.perf_counter())
@@ -249,6 +247,7 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
             progress.update(task, completed=updates_done * algo.env_steps_per_update)
             inflight = launch(done_chunks, state) if done_chunks < len(bounds) else None
             for chunk in range(done_chunks, len(bounds)):
+                stop.check()
                 chunk_state, metrics = inflight
                 # queue the next chunk before the host works on this one, so logging, evaluation
                 # and checkpointing overlap with training instead of stalling the device
@@ -285,8 +284,7 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
             f"env steps per seed; checkpoint saved; continue with: sparqrl train --resume {out}"
         ) from None
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        stop.close()
         logger.close()
         checkpointer.close()
 
@@ -317,8 +315,27 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
     return summary
 
 
-def _raise_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
-    raise KeyboardInterrupt
+class StopRequests:
+    """Ctrl-C and SIGTERM become a flag that a runner checks at safe points (`check` raises
+    KeyboardInterrupt there). Raised anywhere else, the interrupt could land inside TensorBoard's or
+    orbax's writers (and hang the final close) or, on the host runner, while donated buffers are in
+    flight. Both signals are taken over explicitly: a process started with SIGINT ignored (as
+    pytest-xdist workers start their children) would otherwise run on through Ctrl-C."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = {sig: signal.signal(sig, self._request) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _request(self, signum: int, frame: Any) -> None:  # noqa: ARG002 - signal handler signature
+        self.requested = True
+
+    def check(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+    def close(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 def _fmt_return(per_seed: dict[str, np.ndarray]) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -33,7 +32,9 @@ from sparqrl import config as cfg
 from sparqrl.algos import get_algorithm
 from sparqrl.algos.offpolicy.loop import OffPolicy, Transition
 from sparqrl.envs import HostVecEnv, evaluate_host, host_spec
-from sparqrl.runners.anakin import RunConfig, RunInterrupted, _device_name, chunk_bounds, load_config
+from sparqrl.runners.anakin import (
+    RunConfig, RunInterrupted, StopRequests, _device_name, chunk_bounds, load_config,
+)
 from sparqrl.runners.checkpoint import Checkpointer, abstract_like
 from sparqrl.telemetry import RunLogger, make_progress, plot_returns
 
@@ -188,7 +189,7 @@ def _run(module: Any, algo_name: str, config: Any, run: RunConfig, spec: Any, ou
             for i in range(seeds)
         ])
 
-    stop = _StopRequests()
+    stop = StopRequests()
     progress = make_progress(run.progress)
     eval_returns, saved_at = None, updates_done
     session_start = (updates_done * num_envs, time.perf_counter())
@@ -269,26 +270,6 @@ def _run(module: Any, algo_name: str, config: Any, run: RunConfig, spec: Any, ou
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     plot_returns(out / "metrics.csv", out / "returns.png", f"{algo_name} on {run.env}, {seeds} seed(s)")
     return summary
-
-
-class _StopRequests:
-    """Ctrl-C and SIGTERM become a flag the loop checks between learner calls (`check` raises
-    KeyboardInterrupt then), so an interrupt never lands while donated learner buffers are in flight."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous = {sig: signal.signal(sig, self._request) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def _request(self, signum: int, frame: Any) -> None:  # noqa: ARG002 - signal handler signature
-        self.requested = True
-
-    def check(self) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-
-    def close(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 def evaluate_saved(out_dir: str | Path, episodes: int | None = None, seed: int | None = None) -> dict:
