@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import distrax
 import flax.linen as nn
@@ -37,6 +37,58 @@ def dense(features: int, gain: float = float(np.sqrt(2.0))) -> nn.Dense:
     return nn.Dense(features, kernel_init=nn.initializers.orthogonal(gain), bias_init=nn.initializers.zeros)
 
 
+def flatten_obs(obs: jax.Array, obs_ndim: int) -> jax.Array:
+    """[..., *obs_shape] -> [..., prod(obs_shape)]: extra leading axes are batch axes."""
+    return obs.reshape(obs.shape[: obs.ndim - obs_ndim] + (-1,))
+
+
+def init_dense(scheme: str, features: int, fan_in: int) -> nn.Dense:
+    """A Dense layer initialised as RLx2's reference code does:
+    'torch' (its TD3): PyTorch's default Linear init, weights and biases U(−1/√fan_in, 1/√fan_in);
+    'orthogonal' (its SAC): orthogonal weights with gain 1, zero biases."""
+    if scheme == "orthogonal":
+        return nn.Dense(features, kernel_init=nn.initializers.orthogonal(1.0), bias_init=nn.initializers.zeros)
+    bound = 1.0 / float(np.sqrt(fan_in))
+
+    def bias_init(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return nn.Dense(features, kernel_init=nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform"),
+                    bias_init=bias_init)
+
+
+class HeadMLP(nn.Module):
+    """Hidden Dense + activation layers, then a linear output layer of `out` units ([..., out])."""
+
+    hidden: tuple[int, ...]
+    out: int
+    activation: str
+    scheme: str  # see `init_dense` (a field may not be called `init`: flax's Module.init)
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        for width in self.hidden:
+            x = ACTIVATIONS[self.activation](init_dense(self.scheme, width, x.shape[-1])(x))
+        return init_dense(self.scheme, self.out, x.shape[-1])(x)
+
+
+class TwinCritic(nn.Module):
+    """Two Q-networks (obs, action) → (Q1 [...], Q2 [...]) in one module (one parameter tree, as RLx2's
+    critic, whose 6 weight matrices share one sparsity allocation)."""
+
+    hidden: tuple[int, ...]
+    activation: str = "relu"
+    obs_ndim: int = 1
+    scheme: str = "torch"  # see `init_dense`
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> tuple[jax.Array, jax.Array]:
+        x = jnp.concatenate([flatten_obs(obs, self.obs_ndim), action], axis=-1)
+        q1 = HeadMLP(self.hidden, 1, self.activation, self.scheme, name="q1")(x)[..., 0]
+        q2 = HeadMLP(self.hidden, 1, self.activation, self.scheme, name="q2")(x)[..., 0]
+        return q1, q2
+
+
 class MLP(nn.Module):
     """Flattens all but the batch axes of the observation, then hidden Dense + activation layers."""
 
@@ -46,7 +98,7 @@ class MLP(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = x.reshape(x.shape[: x.ndim - self.obs_ndim] + (-1,))
+        x = flatten_obs(x, self.obs_ndim)
         for width in self.hidden:
             x = ACTIVATIONS[self.activation](dense(width)(x))
         return x

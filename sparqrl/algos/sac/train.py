@@ -37,7 +37,7 @@ from sparqrl.algos.sac.losses import (
 )
 from sparqrl.envs import Env, action_dim
 from sparqrl.lockstep import lockstep_cond
-from sparqrl.nets.modules import ACTIVATIONS, sequential_under_vmap
+from sparqrl.nets.modules import HeadMLP, TwinCritic, flatten_obs, sequential_under_vmap
 
 
 class SACAgent(NamedTuple):
@@ -56,27 +56,6 @@ class SACAgent(NamedTuple):
 # ---- networks ------------------------------------------------------------------------------
 
 
-def _dense(features: int) -> nn.Dense:
-    """RLx2's SAC init: orthogonal weights (gain 1), zero biases."""
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(1.0), bias_init=nn.initializers.zeros)
-
-
-def _flatten_obs(obs: jax.Array, obs_ndim: int) -> jax.Array:
-    return obs.reshape(obs.shape[: obs.ndim - obs_ndim] + (-1,))
-
-
-class _MLP(nn.Module):
-    hidden: tuple[int, ...]
-    out: int
-    activation: str
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        for width in self.hidden:
-            x = ACTIVATIONS[self.activation](_dense(width)(x))
-        return _dense(self.out)(x)
-
-
 class Actor(nn.Module):
     """Gaussian policy head obs → (μ [..., |A|], log σ [..., |A|]) before the tanh squashing.
 
@@ -92,25 +71,9 @@ class Actor(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        out = _MLP(self.hidden, 2 * self.action_dim, self.activation)(_flatten_obs(obs, self.obs_ndim))
+        out = HeadMLP(self.hidden, 2 * self.action_dim, self.activation, "orthogonal")(flatten_obs(obs, self.obs_ndim))
         mean, raw_log_std = jnp.split(out, 2, axis=-1)
         return mean, bounded_log_std(raw_log_std, self.log_std_min, self.log_std_max)
-
-
-class TwinCritic(nn.Module):
-    """Two Q-networks (obs, action) → (Q1 [...], Q2 [...]) in one module (one parameter tree, as RLx2's
-    critic, whose 6 weight matrices share one sparsity allocation)."""
-
-    hidden: tuple[int, ...]
-    activation: str = "relu"
-    obs_ndim: int = 1
-
-    @nn.compact
-    def __call__(self, obs: jax.Array, action: jax.Array) -> tuple[jax.Array, jax.Array]:
-        x = jnp.concatenate([_flatten_obs(obs, self.obs_ndim), action], axis=-1)
-        q1 = _MLP(self.hidden, 1, self.activation, name="q1")(x)[..., 0]
-        q2 = _MLP(self.hidden, 1, self.activation, name="q2")(x)[..., 0]
-        return q1, q2
 
 
 class Networks(NamedTuple):
@@ -127,7 +90,7 @@ def make_networks(config: Config, env: Any) -> Networks:
         return Actor(num_actions, hidden, config.activation, obs_ndim, config.log_std_min, config.log_std_max)
 
     def critic_at(hidden: tuple[int, ...]) -> TwinCritic:
-        return TwinCritic(hidden, config.activation, obs_ndim)
+        return TwinCritic(hidden, config.activation, obs_ndim, "orthogonal")
 
     return Networks(*loop.sized_networks(config, env, actor_at, critic_at))
 

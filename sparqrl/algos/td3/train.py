@@ -21,7 +21,6 @@ from typing import Any, Callable, NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from sparqrl import returns
@@ -32,7 +31,7 @@ from sparqrl.algos.td3.config import Config
 from sparqrl.algos.td3.losses import actor_loss, critic_loss, exploration_action, smoothed_target_action
 from sparqrl.envs import Env, action_dim
 from sparqrl.lockstep import lockstep_cond
-from sparqrl.nets.modules import ACTIVATIONS
+from sparqrl.nets.modules import HeadMLP, TwinCritic, flatten_obs
 
 
 class TD3Agent(NamedTuple):
@@ -49,33 +48,6 @@ class TD3Agent(NamedTuple):
 # ---- networks ------------------------------------------------------------------------------
 
 
-def _torch_dense(features: int, fan_in: int) -> nn.Dense:
-    """PyTorch's default Linear init (RLx2's TD3): weights and biases U(−1/√fan_in, 1/√fan_in)."""
-    bound = 1.0 / float(np.sqrt(fan_in))
-
-    def bias_init(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
-        return jax.random.uniform(key, shape, dtype, -bound, bound)
-
-    return nn.Dense(features, kernel_init=nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform"),
-                    bias_init=bias_init)
-
-
-def _flatten_obs(obs: jax.Array, obs_ndim: int) -> jax.Array:
-    return obs.reshape(obs.shape[: obs.ndim - obs_ndim] + (-1,))
-
-
-class _MLP(nn.Module):
-    hidden: tuple[int, ...]
-    out: int
-    activation: str
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        for width in self.hidden:
-            x = ACTIVATIONS[self.activation](_torch_dense(width, x.shape[-1])(x))
-        return _torch_dense(self.out, x.shape[-1])(x)
-
-
 class Actor(nn.Module):
     """Deterministic policy obs → tanh(MLP) ∈ [-1, 1]^|A| ([..., |A|])."""
 
@@ -86,23 +58,7 @@ class Actor(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        return jnp.tanh(_MLP(self.hidden, self.action_dim, self.activation)(_flatten_obs(obs, self.obs_ndim)))
-
-
-class TwinCritic(nn.Module):
-    """Two Q-networks (obs, action) → (Q1 [...], Q2 [...]) in one module (one parameter tree, as RLx2's
-    critic, whose 6 weight matrices share one sparsity allocation)."""
-
-    hidden: tuple[int, ...]
-    activation: str = "relu"
-    obs_ndim: int = 1
-
-    @nn.compact
-    def __call__(self, obs: jax.Array, action: jax.Array) -> tuple[jax.Array, jax.Array]:
-        x = jnp.concatenate([_flatten_obs(obs, self.obs_ndim), action], axis=-1)
-        q1 = _MLP(self.hidden, 1, self.activation, name="q1")(x)[..., 0]
-        q2 = _MLP(self.hidden, 1, self.activation, name="q2")(x)[..., 0]
-        return q1, q2
+        return jnp.tanh(HeadMLP(self.hidden, self.action_dim, self.activation, "torch")(flatten_obs(obs, self.obs_ndim)))
 
 
 class Networks(NamedTuple):
@@ -119,7 +75,7 @@ def make_networks(config: Config, env: Any) -> Networks:
         return Actor(num_actions, hidden, config.activation, obs_ndim)
 
     def critic_at(hidden: tuple[int, ...]) -> TwinCritic:
-        return TwinCritic(hidden, config.activation, obs_ndim)
+        return TwinCritic(hidden, config.activation, obs_ndim, "torch")
 
     return Networks(*loop.sized_networks(config, env, actor_at, critic_at))
 
