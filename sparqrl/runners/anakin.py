@@ -162,9 +162,20 @@ def _prepare(algo_name: str, algo_config: Any, run: RunConfig) -> tuple[Any, Any
     return module, algo_config, env
 
 
-def _save_config(out: Path, algo_name: str, algo_config: Any, run: RunConfig) -> None:
+def start_run_dir(algo_name: str, algo_config: Any, run: RunConfig) -> Path:
+    """The empty output directory of a new run, holding its resolved config.json. An existing run there
+    is an error unless `run.overwrite` (both runners call this after every input check)."""
+    out = Path(run.out)
+    if out.exists() and any(out.iterdir()):
+        cfg.require(
+            run.overwrite, "out", run.out,
+            "already holds a run; pass --overwrite to replace it or --resume DIR to continue it",
+        )
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
     data = {"algo": algo_name, "run": cfg.to_dict(run), "config": cfg.to_dict(algo_config)}
     (out / "config.json").write_text(json.dumps(data, indent=2, sort_keys=True))
+    return out
 
 
 def load_config(out: Path) -> tuple[str, Any, RunConfig]:
@@ -178,15 +189,7 @@ def load_config(out: Path) -> tuple[str, Any, RunConfig]:
 def train(algo_name: str, algo_config: Any, run: RunConfig, *, on_chunk: Callable[[int], None] | None = None) -> dict:
     """Train from scratch; returns the summary (also written to `run.out/summary.json`)."""
     module, algo_config, env = _prepare(algo_name, algo_config, run)
-    out = Path(run.out)
-    if out.exists() and any(out.iterdir()):
-        cfg.require(
-            run.overwrite, "out", run.out,
-            "already holds a run; pass --overwrite to replace it or --resume DIR to continue it",
-        )
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    _save_config(out, algo_name, algo_config, run)
+    out = start_run_dir(algo_name, algo_config, run)
     return _loop(module, algo_name, algo_config, run, env, out, resume_meta=None, on_chunk=on_chunk)
 
 

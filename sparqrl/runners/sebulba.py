@@ -19,7 +19,6 @@ by the chunk index); everything the learner knows carries on exactly.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -33,7 +32,7 @@ from sparqrl.algos import get_algorithm
 from sparqrl.algos.offpolicy.loop import OffPolicy, Transition
 from sparqrl.envs import HostVecEnv, evaluate_host, host_spec
 from sparqrl.runners.anakin import (
-    RunConfig, RunInterrupted, StopRequests, _device_name, chunk_bounds, load_config,
+    RunConfig, RunInterrupted, StopRequests, _device_name, chunk_bounds, load_config, start_run_dir,
 )
 from sparqrl.runners.checkpoint import Checkpointer, abstract_like
 from sparqrl.telemetry import RunLogger, make_progress, plot_returns
@@ -110,14 +109,7 @@ def _prepare(algo_name: str, algo_config: Any, run: RunConfig) -> tuple[Any, Any
 def train(algo_name: str, algo_config: Any, run: RunConfig) -> dict:
     """Train from scratch on a host environment; returns the summary (also in `run.out/summary.json`)."""
     module, algo_config, spec = _prepare(algo_name, algo_config, run)
-    out = Path(run.out)
-    if out.exists() and any(out.iterdir()):
-        cfg.require(run.overwrite, "out", run.out,
-                    "already holds a run; pass --overwrite to replace it or --resume DIR to continue it")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    data = {"algo": algo_name, "run": cfg.to_dict(run), "config": cfg.to_dict(algo_config)}
-    (out / "config.json").write_text(json.dumps(data, indent=2, sort_keys=True))
+    out = start_run_dir(algo_name, algo_config, run)
     return _run(module, algo_name, algo_config, run, spec, out, resuming=False)
 
 
@@ -144,17 +136,17 @@ def _run(module: Any, algo_name: str, config: Any, run: RunConfig, spec: Any, ou
         return learner, {k: sums[k] + metrics[k] for k in metrics}
 
     learner = init(keys)
-    metric_shapes = jax.eval_shape(lambda l, r: jax.vmap(loop.learn)(l, r)[1], learner, _example_row(loop, spec, seeds, num_envs))
+    example_row = _example_row(spec, seeds, num_envs)
+    metric_shapes = jax.eval_shape(lambda l, r: jax.vmap(loop.learn)(l, r)[1], learner, example_row)
 
     def zeros() -> dict:
         return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
 
     # Donated: the replay buffer is updated in place instead of copied at every env step.
-    learn_c = jax.jit(learn, donate_argnums=(0, 1)).lower(learner, zeros(), _example_row(loop, spec, seeds, num_envs)).compile()
+    learn_c = jax.jit(learn, donate_argnums=(0, 1)).lower(learner, zeros(), example_row).compile()
     actor = InlineActor(loop, run.env, seeds, num_envs)
     actor_state = ActorState(jax.random.split(jax.random.PRNGKey(run.seed + 1), seeds), jnp.zeros(seeds, jnp.int32))
     policy_fn = jax.jit(jax.vmap(loop.policy))
-    greedy = jax.jit(lambda p, o: loop.to_env(loop.greedy(p, o)))
     compile_time = time.perf_counter() - compile_start
 
     # Checkpoints are numbered by learner updates (the policy version): an interrupt saves the learner
@@ -181,13 +173,7 @@ def _run(module: Any, algo_name: str, config: Any, run: RunConfig, spec: Any, ou
                 "compile_time_s": compile_time, **timers}
 
     def evaluate(learner: Any, episodes: int) -> np.ndarray:
-        """[seeds, episodes] deterministic returns, each seed's policy on its own host envs."""
-        params = policy_fn(learner)
-        return np.stack([
-            evaluate_host(run.env, lambda o, i=i: np.asarray(greedy(jax.tree.map(lambda x: x[i], params), o)),
-                          episodes, run.seed + 100 + i)
-            for i in range(seeds)
-        ])
+        return _evaluate_seeds(loop, run.env, policy_fn(learner), episodes, run.seed + 100)
 
     stop = StopRequests()
     progress = make_progress(run.progress)
@@ -288,19 +274,25 @@ def evaluate_saved(out_dir: str | Path, episodes: int | None = None, seed: int |
         (learner, _), _ = checkpointer.restore(abstract_like((learner_shape, actor_shape)))
     finally:
         checkpointer.close()
-    params = jax.vmap(loop.policy)(learner)
-    greedy = jax.jit(lambda p, o: loop.to_env(loop.greedy(p, o)))
-    base = run.seed + 100 if seed is None else seed
-    per_seed = np.array([
-        evaluate_host(run.env, lambda o, i=i: np.asarray(greedy(jax.tree.map(lambda x: x[i], params), o)),
-                      episodes, base + i).mean()
-        for i in range(run.seeds)
-    ])
+    per_seed = _evaluate_seeds(loop, run.env, jax.vmap(loop.policy)(learner), episodes,
+                               run.seed + 100 if seed is None else seed).mean(axis=1)
     return {"env": run.env, "episodes_per_seed": episodes, "return_mean": float(per_seed.mean()),
             "return_std": float(per_seed.std()), "return_per_seed": [float(x) for x in per_seed]}
 
 
-def _example_row(loop: OffPolicy, spec: Any, seeds: int, num_envs: int) -> Transition:
+def _evaluate_seeds(loop: OffPolicy, env_name: str, params: Any, episodes: int, base_seed: int) -> np.ndarray:
+    """[seeds, episodes] deterministic returns: seed i's policy (`params` [seeds, ...]) on host envs
+    seeded base_seed + i."""
+    greedy = jax.jit(lambda p, o: loop.to_env(loop.greedy(p, o)))
+    seeds = jax.tree.leaves(params)[0].shape[0]
+    return np.stack([
+        evaluate_host(env_name, lambda o, i=i: np.asarray(greedy(jax.tree.map(lambda x: x[i], params), o)),
+                      episodes, base_seed + i)
+        for i in range(seeds)
+    ])
+
+
+def _example_row(spec: Any, seeds: int, num_envs: int) -> Transition:
     """Zeros shaped like one rollout row [seeds, num_envs, ...] (what `learn` is compiled for)."""
     lead = (seeds, num_envs)
     obs = np.zeros(lead + tuple(spec.observation_shape), np.float32)

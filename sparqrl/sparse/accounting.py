@@ -90,8 +90,9 @@ class ParamCount:
         return dense, sparse
 
 
-def count_params(params: Params, masks: MaskTree | None = None) -> ParamCount:
-    """Count a network's weights (active per `masks`; all if None) and other parameters.
+def count_params(params: Params, masks: MaskTree | None = None, *, active: Mapping[str, int] | None = None) -> ParamCount:
+    """Count a network's weights (active per `masks`, or per `active` {path: count}; all if neither)
+    and other parameters.
 
     `params` may hold arrays or ``jax.ShapeDtypeStruct``s; `masks` must be concrete.
     """
@@ -104,8 +105,12 @@ def count_params(params: Params, masks: MaskTree | None = None) -> ParamCount:
         if len(shape) < 2:
             other += size
             continue
-        active = int(np.asarray(m).sum()) if m is not None and is_sparse(m) else size
-        weights.append(WeightCount(path_str(path), size, active))
+        name = path_str(path)
+        if m is not None and is_sparse(m):
+            n_active = int(np.asarray(m).sum())
+        else:
+            n_active = (active or {}).get(name, size)
+        weights.append(WeightCount(name, size, n_active))
     return ParamCount(tuple(weights), other)
 
 

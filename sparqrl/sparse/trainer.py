@@ -16,18 +16,16 @@ SAC networks are all plain flax parameter trees; nothing here knows which algori
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from sparqrl.sparse.accounting import ParamCount, WeightCount, count_params
+from sparqrl.sparse.accounting import ParamCount, count_params
 from sparqrl.sparse.allocation import allocate, check_allocation, check_sparsity
 from sparqrl.sparse.masks import MaskTree, Params, check_init_method, global_sparsity, init_masks, masked_polyak
 from sparqrl.sparse.optim import SparseStep, apply_gradients, get_masks, masked
-from sparqrl.sparse.paths import leaf_shape, path_str
 from sparqrl.sparse.topology import TopologySchedule
 
 
@@ -103,17 +101,8 @@ class NetTraining:
         allocation fixes every layer's active count, and topology updates never change it."""
         if not self.is_sparse:
             return count_params(params)
-        active = {a.path: a.n_active for a in allocate(params, self.sparsity, self.allocation)}
-        weights, other = [], 0
-        for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-            shape = leaf_shape(leaf)
-            size = math.prod(shape)
-            if len(shape) < 2:
-                other += size
-                continue
-            name = path_str(path)
-            weights.append(WeightCount(name, size, active.get(name, size)))
-        return ParamCount(tuple(weights), other)
+        allocation = allocate(params, self.sparsity, self.allocation)
+        return count_params(params, active={a.path: a.n_active for a in allocation})
 
 
 def matching_width(weights_at_width: Callable[[int], int], budget: int, *, largest: int) -> int:
