@@ -24,8 +24,9 @@ SMALL = dict(total_timesteps=600, learning_starts=200, batch_size=32, hidden=(32
 def sparse_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("seb") / "run"
     config = td3.Config(sparse="rlx2", actor_sparsity=0.9, critic_sparsity=0.8, **SMALL)
+    # Sparse and quantized compose: the rlx2 actor (90 % of its weights pruned) acts in int8.
     run = RunConfig(env="gym:Pendulum-v1", seeds=2, out=str(out), chunks=3, eval_every=0, eval_episodes=2,
-                    progress=False)
+                    progress=False, actor_precision="int8", fragment_steps=4, publish_every=3)
     return out, train("td3", config, run)
 
 
@@ -34,6 +35,11 @@ def test_summary_and_logs(sparse_run):
     assert summary["runner"] == "sebulba" and summary["actors"] == 1 and summary["seeds"] == 2
     assert summary["steps"] == 600 and len(summary["final_return_per_seed"]) == 2
     assert summary["actor_steps_per_s"] > 0 and summary["learner_updates_per_s"] > 0
+    assert summary["backend"] == "inline" and summary["actor_precision"] == "int8"
+    # 150 fragments of 4 steps; a version every 3 updates (plus the first); inline: no policy lag beyond
+    # the second request in flight, and versions never go back.
+    assert summary["versions_published"] == 1 + 150 // 3 and summary["version_order_violations"] == 0
+    assert 0 < summary["broadcast_bytes"] and summary["policy_lag_mean"] <= 3
     assert summary["sparse"] == "rlx2" and summary["actor_sparsity"] == pytest.approx(0.9, abs=2e-3)
     assert 0 < summary["size_ratio"] < 0.25 and summary["infer_flops_ratio"] == pytest.approx(0.1, abs=2e-3)
     assert json.loads((out / "summary.json").read_text()) == summary
@@ -56,7 +62,7 @@ def test_eval_and_resume_of_a_finished_run_reproduce_the_final_evaluation(sparse
 
 
 def test_host_envs_train_only_off_policy_algorithms(tmp_path):
-    with pytest.raises(ConfigError, match=r"algo='ppo' .*actor-learner runner, which trains td3 and sac"):
+    with pytest.raises(ConfigError, match=r"algo='ppo' .*actor-learner runner, which trains dqn, td3 and sac"):
         train("ppo", ppo.Config(),
               RunConfig(env="gym:Pendulum-v1", out=str(tmp_path / "x")))
     with pytest.raises(ConfigError, match=r"actor_sparsity=None .*must be given for env 'gym:Pendulum-v1'"):

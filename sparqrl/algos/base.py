@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from sparqrl.envs import Env
+from sparqrl.nets.modules import flatten_obs
 
 # Keys every `update` must put in its metrics; the runner turns them into mean episode returns
 # over the episodes that really finished in a chunk (a chunk with none reports NaN, never 0).
@@ -80,3 +81,72 @@ def evaluate(env: Env, act: Callable, policy_params: Any, key: jax.Array, num_ep
     keys = jax.random.split(step_key, env.max_episode_steps)
     (_, _, total, _), _ = jax.lax.scan(step, init, keys)
     return total
+
+
+# ---- the actor-learner contract (host environments, `sparqrl.runners.sebulba`) -----------------
+
+
+class Step(NamedTuple):
+    """One env step of N host environments as an actor sends it (leaves [N, ...]; a fragment adds a
+    leading [T], several seeds another [S])."""
+
+    obs: Any  # [N, *obs_shape]
+    action: Any  # [N, ...] in the algorithm's units (e.g. [-1, 1] for continuous actions)
+    reward: Any  # float32 [N]
+    next_obs: Any  # [N, *obs_shape], the env's final_obs: pre-reset, so truncation can bootstrap
+    terminated: Any  # bool [N]
+    truncated: Any  # bool [N]
+    extra: Any  # what `Acting.explore` returned beside the action (e.g. TD3's noise-free action)
+    priority: Any  # float32 [N]: the actor's initial replay priority (1 where the algorithm has none)
+
+
+class Acting(NamedTuple):
+    """How an actor acts for one seed. The policy network is split from the rest so that its forward
+    pass can run in any precision (`sparqrl.quant`): `network` maps obs [B, *obs] to raw outputs
+    [B, out] and is a plain chain of Dense layers with `activation` between them; everything after it
+    (squashing, noise, epsilon-greedy, priorities) runs in JAX in fp32 on its output.
+
+    network                                   flax module: obs [B, *obs] -> raw [B, out]
+    network_params(policy_params) -> vars     the flax variables of `network` inside the policy params
+    explore(raw [N, out], key, env_steps, slots [N], total_slots) -> (action [N, ...], extra [N, ...])
+                                              env_steps: int32 [], env steps of all actors so far (warm-up);
+                                              slots: each env's index among all actors' envs (Ape-X's
+                                              per-slot epsilon); total_slots: a static int
+    greedy(raw [..., out]) -> action          the deterministic action (evaluation)
+    to_env(action) -> env action              e.g. [-1, 1] -> [low, high]
+    priority(raw_next [N, out], step [N]) -> [N] | None
+                                              the actor-side initial priority (Ape-X), raw_next the network
+                                              on step.next_obs; None: every priority is 1
+    """
+
+    network: Any
+    network_params: Callable[[Any], Any]
+    activation: str
+    explore: Callable[..., tuple[Any, Any]]
+    greedy: Callable[[jax.Array], jax.Array]
+    to_env: Callable[[jax.Array], jax.Array]
+    priority: Callable[[jax.Array, Step], jax.Array] | None = None
+
+
+class ActorLearner(NamedTuple):
+    """What `make_actor_learner(config, spec)` returns: the learner's pure functions for ONE seed (the
+    runner vmaps them over seeds and scans `learn` over a fragment's T steps) and the actors' `Acting`.
+
+    init(key) -> learner                      networks, optimizer states, replay buffer, counters
+    learn(learner, step [N]) -> (learner, metrics)   store one env step of N envs and learn from it;
+                                              metrics: flat dict of float scalars
+    policy(learner) -> policy_params          what actors need (published, maybe quantized, per version)
+    num_envs                                  N: the host environments one actor steps per seed
+    """
+
+    init: Callable[[jax.Array], Any]
+    learn: Callable[[Any, Step], tuple[Any, dict[str, jax.Array]]]
+    policy: Callable[[Any], Any]
+    acting: Acting
+    num_envs: int
+    summary: dict[str, Any] = {}
+
+
+def forward(acting: Acting, policy_params: Any, obs: jax.Array, obs_ndim: int) -> jax.Array:
+    """The policy network's raw output [..., out] on observations [..., *obs_shape], in fp32."""
+    return acting.network.apply(acting.network_params(policy_params), flatten_obs(obs, obs_ndim))

@@ -16,7 +16,7 @@ import shutil
 import signal
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +28,7 @@ from sparqrl.algos import Algorithm, evaluate, get_algorithm
 from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM
 from sparqrl.envs import Env, make_env, validate_env_name
 from sparqrl.runners.checkpoint import Checkpointer, abstract_like
-from sparqrl.telemetry import RunLogger, make_progress, plot_returns
+from sparqrl.telemetry import EnergyMeter, RunLogger, make_progress, plot_returns, validate_country
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +56,37 @@ class RunConfig:
     """Save a checkpoint every this many chunks (and always at the end and on Ctrl-C)."""
     progress: bool = True
     """Draw the progress bar."""
+    energy: bool = True
+    """Measure the run's energy and CO2 with codecarbon's offline tracker (never online): summary.json gets
+    energy_kwh, co2_kg and energy_method (how power was read: RAPL, NVML, or codecarbon's estimate), and
+    emissions.csv one row per session. Costs about 2 s once per process, then milliseconds."""
+    country: str = "USA"
+    """3-letter ISO code of the country whose electricity grid powers the run (e.g. USA, FRA, DEU, IND):
+    co2_kg = energy_kwh x its carbon intensity from codecarbon's offline data, so CO2 scales with it."""
+
+    # ---- the actor-learner runner (gym:NAME environments) ----
+    actors: int = 1
+    """Actors, each stepping its own seeds × num_envs host environments."""
+    actor_precision: Literal["fp32", "bf16", "fp16", "int8"] = "fp32"
+    """Precision of the policy copy actors act with (ActorQ): int8 (symmetric weights, activations quantized
+    per call, ONNX Runtime integer kernels), fp16/bf16 (16-bit weights), fp32. The learner trains in fp32."""
+    quant_granularity: Literal["channel", "tensor"] = "channel"
+    """int8 weight scales: one per output channel, or one per tensor (ActorQ / PyTorch dynamic quantization)."""
+    backend: Literal["auto", "inline", "ray"] = "auto"
+    """Where actors run: inline (this process, one request at a time: debugging, tests), ray (one process per
+    actor), auto (ray when actors > 1)."""
+    ray_address: str | None = None
+    """Connect to this existing Ray cluster (e.g. auto or ray://host:10001) instead of starting a local one."""
+    fragment_steps: int = 10
+    """Env steps per environment in one fragment an actor sends (the learner learns from it in one call)."""
+    publish_every: int = 1
+    """Publish a new policy copy every this many learner updates (fragments learned), once per version."""
+    in_flight: int = 2
+    """Collect requests in flight per actor: bounds the data waiting for the learner (backpressure)."""
+
+    @property
+    def resolved_backend(self) -> str:
+        return ("ray" if self.actors > 1 else "inline") if self.backend == "auto" else self.backend
 
     def validate(self) -> None:
         validate_env_name(self.env)
@@ -63,6 +94,15 @@ class RunConfig:
             cfg.require(getattr(self, name) >= 1, name, getattr(self, name), "must be >= 1")
         cfg.require(self.eval_every >= 0, "eval_every", self.eval_every, "must be >= 0")
         cfg.require(bool(self.out), "out", self.out, "must be a directory path")
+        validate_country(self.country, "country")
+        for name in ("actors", "fragment_steps", "publish_every", "in_flight"):
+            cfg.require(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, getattr(self, name),
+                        "must be an int >= 1")
+        cfg.one_of("actor_precision", self.actor_precision, ("fp32", "bf16", "fp16", "int8"))
+        cfg.one_of("quant_granularity", self.quant_granularity, ("channel", "tensor"))
+        cfg.one_of("backend", self.backend, ("auto", "inline", "ray"))
+        cfg.require(self.ray_address is None or self.resolved_backend == "ray", "ray_address", self.ray_address,
+                    f"needs the ray backend (backend is {self.backend!r} with {self.actors} actor(s))")
 
 
 class RunInterrupted(Exception):
@@ -202,6 +242,17 @@ def resume(out_dir: str | Path, *, on_chunk: Callable[[int], None] | None = None
 
 
 def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chunk) -> dict:
+    """One session of a run (fresh or resumed), measured whole (compilation included) by an energy meter
+    whose own start-up is left out of wall_time_s. The meter stops on every way out."""
+    meter = EnergyMeter(out, run.country, run.energy).start()
+    try:
+        return _session(module, algo_name, algo_config, run, env, out, meter,
+                        resume_meta=resume_meta, on_chunk=on_chunk)
+    finally:
+        meter.stop()  # idempotent and never raises; the normal path has stopped it before the summary
+
+
+def _session(module, algo_name, algo_config, run, env, out, meter, *, resume_meta, on_chunk) -> dict:
     wall_start = time.perf_counter()
     algo: Algorithm = module.make_algorithm(algo_config, env)
     sharding = seed_sharding(run.seeds)
@@ -219,6 +270,7 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
         state, meta = checkpointer.restore(abstract_like(state))
         done_chunks = meta["chunks_done"]
         prior = {k: meta[k] for k in prior}
+        meter.include_prior(meta)  # the earlier sessions' energy and CO2
     updates_done = bounds[done_chunks - 1] if done_chunks else 0
     logger = RunLogger(
         out,
@@ -231,7 +283,9 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
         return prior["wall_time_s"] + time.perf_counter() - wall_start
 
     def meta(chunks_done: int) -> dict:
-        return {"chunks_done": chunks_done, "wall_time_s": elapsed(), "compile_time_s": compile_time}
+        # running energy totals, like wall time: a resumed run's summary covers all its sessions
+        return {"chunks_done": chunks_done, "wall_time_s": elapsed(), "compile_time_s": compile_time,
+                **meter.totals()}
 
     stop = StopRequests()
     progress = make_progress(run.progress)
@@ -295,6 +349,7 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
     if eval_returns is None:  # resumed a run that had already finished
         eval_returns = np.asarray(compiled.evaluate(state, eval_keys_sharded))
     wall = elapsed()
+    energy = meter.stop()
     final = eval_returns.mean(axis=1)
     total_steps = steps_per_seed * run.seeds
     summary = {
@@ -311,6 +366,7 @@ def _loop(module, algo_name, algo_config, run, env, out, *, resume_meta, on_chun
         "compile_time_s": compile_time,
         "device": _device_name(),
         "devices_used": len(sharding.mesh.devices.flat),
+        **energy,
         **algo.summary,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -1,7 +1,26 @@
-"""What a run shows and leaves behind: progress bar, metrics.csv, TensorBoard, returns.png, summary."""
+"""What a run shows and leaves behind: progress bar, metrics.csv, TensorBoard, returns.png, summary,
+energy and CO2 (codecarbon, offline)."""
 
+from sparqrl.telemetry.energy import (
+    ENERGY_META_KEYS,
+    EnergyMeter,
+    carbon_intensity,
+    known_countries,
+    start_energy_meter,
+    validate_country,
+)
 from sparqrl.telemetry.logger import RunLogger
 from sparqrl.telemetry.plots import plot_returns
 from sparqrl.telemetry.progress import make_progress
 
-__all__ = ["RunLogger", "make_progress", "plot_returns"]
+__all__ = [
+    "ENERGY_META_KEYS",
+    "EnergyMeter",
+    "RunLogger",
+    "carbon_intensity",
+    "known_countries",
+    "make_progress",
+    "plot_returns",
+    "start_energy_meter",
+    "validate_country",
+]

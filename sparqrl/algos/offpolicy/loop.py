@@ -1,12 +1,14 @@
 """The act-store-adjust-learn loop of TD3 and SAC with RLx2's settings, split for both runners.
 
-    explore(policy, obs, key, env_steps)  -> (action, reference action)     actor side, [N, |A|] in [-1, 1]
-    learn(learner, row)                   -> (learner, metrics)             learner side, jitted
+    acting.explore(raw, key, env_steps, ...) -> (action, reference action)   actor side, [N, |A|] in [-1, 1]
+    learn(learner, step)                     -> (learner, metrics)             learner side, jitted
 
-* on device (Anakin): `on_device(...)` makes the `Algorithm` whose `update` is explore → env.step →
-  learn, all in one program;
-* on the host (Sebulba): an actor calls `explore` with its copy of the policy and steps host
-  environments; the learner calls `learn` on each row it receives (`sparqrl.runners.sebulba`).
+`make_offpolicy` returns them as the actor-learner contract (`sparqrl.algos.base.ActorLearner`):
+* on device (Anakin): `on_device(...)` makes the `Algorithm` whose `update` is forward → explore →
+  env.step → learn, all in one program;
+* on the host (Sebulba): actors run the policy network (in the precision they were given) and `explore`
+  on its output and step host environments; the learner calls `learn` on each step it receives
+  (`sparqrl.runners.sebulba`).
 
 `learn` (RLx2, `rlx2.md` §4-§5):
 1. stores the row (one ring slot: one env step of all N environments);
@@ -29,7 +31,7 @@ import numpy as np
 import optax
 
 from sparqrl import replay, returns, sparse
-from sparqrl.algos.base import Algorithm, episode_metrics
+from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, episode_metrics, forward
 from sparqrl.algos.offpolicy.config import TOPOLOGY, OffPolicyConfig
 from sparqrl.envs import Env, action_dim
 from sparqrl.lockstep import lockstep_cond
@@ -75,9 +77,12 @@ class Agent(NamedTuple):
 
     init(key) -> agent                             networks (masked if sparse), targets, optimizer states
     policy(agent) -> policy_params                 what an actor needs to act
-    behaviour(policy_params, obs [N, ...], key) -> (action, reference)   after warm-up, both [N, |A|] in [-1, 1]
-    greedy(policy_params, obs [..., *obs]) -> [..., |A|]   the deterministic action in [-1, 1] (evaluation,
-                                                   and the dynamic buffer's π(s))
+    network, network_params, activation            the policy network as a Dense chain on flat observations:
+                                                   raw = network.apply(network_params(policy_params), obs)
+                                                   (see `sparqrl.algos.base.Acting`)
+    behaviour(raw [N, out], key) -> (action, reference)   after warm-up, both [N, |A|] in [-1, 1]
+    greedy(raw [..., out]) -> [..., |A|]           the deterministic action in [-1, 1] (evaluation, and the
+                                                   dynamic buffer's π(s))
     gradient_step(agent, batch, terms, iteration, key) -> (agent, StepMetrics)
                                                    batch: n-step windows [B, n] of Transition fields;
                                                    terms: their `returns.NStepTerms`; iteration: 1-based
@@ -88,23 +93,14 @@ class Agent(NamedTuple):
 
     init: Callable[[jax.Array], Any]
     policy: Callable[[Any], Any]
-    behaviour: Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
-    greedy: Callable[[Any, jax.Array], jax.Array]
+    network: Any
+    network_params: Callable[[Any], Any]
+    activation: str
+    behaviour: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
+    greedy: Callable[[jax.Array], jax.Array]
     gradient_step: Callable[[Any, Transition, returns.NStepTerms, jax.Array, jax.Array], tuple[Any, StepMetrics]]
     report: Callable[[Any], dict[str, jax.Array]]
     metric_names: tuple[str, ...]
-    summary: dict[str, Any]
-
-
-class OffPolicy(NamedTuple):
-    """The two halves of the loop and what the runners need around them."""
-
-    init: Callable[[jax.Array], Learner]
-    explore: Callable[[Any, jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
-    learn: Callable[[Learner, Transition], tuple[Learner, dict[str, jax.Array]]]
-    policy: Callable[[Learner], Any]
-    greedy: Callable[[Any, jax.Array], jax.Array]
-    to_env: Callable[[jax.Array], jax.Array]
     summary: dict[str, Any]
 
 
@@ -193,7 +189,7 @@ def sparse_summary(
 # ---- the loop ---------------------------------------------------------------------------------
 
 
-def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> OffPolicy:
+def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> ActorLearner:
     """The loop for a resolved `config` (`Config.validate(env)`) and an environment or host spec
     (`observation_shape`, `action_space`)."""
     num_envs = config.num_envs
@@ -236,19 +232,25 @@ def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> OffPolicy
             buffer_distance=jnp.zeros((), jnp.float32),
         )
 
-    def explore(policy_params: Any, obs: jax.Array, key: jax.Array, env_steps: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """(action, reference action) [N, |A|] for obs [N, ...]: uniform random for the env steps before
-        `learning_start_step` (`env_steps` counts those already taken), then the agent's behaviour."""
+    def explore(raw: jax.Array, key: jax.Array, env_steps: jax.Array, slots: jax.Array | None = None,
+                total_slots: int = 1) -> tuple[jax.Array, jax.Array]:
+        """(action, reference action) [N, |A|] from the policy network's output raw [N, out]: uniform
+        random for the env steps before `learning_start_step` (`env_steps` counts those already taken),
+        then the agent's behaviour. (`slots`/`total_slots`: unused, every env explores alike.)"""
+        del slots, total_slots
         behaviour_key, random_key = jax.random.split(key)
-        action, reference = agent.behaviour(policy_params, obs, behaviour_key)
-        n = obs.shape[0]
+        action, reference = agent.behaviour(raw, behaviour_key)
+        n = raw.shape[0]
         random_action = jax.random.uniform(random_key, (n, num_actions), minval=-1.0, maxval=1.0)
         warmup = ((env_steps + jnp.arange(n)) < start)[:, None]  # per env step index
         return jnp.where(warmup, random_action, action), jnp.where(warmup, random_action, reference)
 
+    acting = Acting(agent.network, agent.network_params, agent.activation, explore, agent.greedy, to_env)
+    obs_ndim = len(env.observation_shape)
+
     def dynamic_actions(policy_params: Any, items: Transition) -> tuple[jax.Array, jax.Array]:
         """The dynamic buffer's (π(s), ā) on stored items [R, S, ...]."""
-        return agent.greedy(policy_params, items.obs), items.reference_action
+        return agent.greedy(forward(acting, policy_params, items.obs, obs_ndim)), items.reference_action
 
     names = agent.metric_names + ("nstep",)
 
@@ -265,8 +267,10 @@ def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> OffPolicy
         weights = {k: weights[k] + jnp.asarray(metrics[k][1], jnp.float32) for k in names}
         return agent_state, iteration, sums, weights
 
-    def learn(learner: Learner, row: Transition) -> tuple[Learner, dict[str, jax.Array]]:
-        """Store one env step of every environment (`row`, leaves [N, ...]) and learn from it."""
+    def learn(learner: Learner, step: Step) -> tuple[Learner, dict[str, jax.Array]]:
+        """Store one env step of every environment (`step`, leaves [N, ...]) and learn from it."""
+        row = Transition(step.obs, step.action, step.reward, step.next_obs, step.terminated, step.truncated,
+                         step.extra)
         key, learn_key = jax.random.split(learner.key)
         buffer = replay.add(learner.buffer, jax.tree.map(lambda x: x[None], row))
         env_steps_tm1, env_steps_t = learner.env_steps, learner.env_steps + num_envs
@@ -300,35 +304,39 @@ def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> OffPolicy
     def policy(learner: Learner) -> Any:
         return agent.policy(learner.agent)
 
-    return OffPolicy(init, explore, learn, policy, agent.greedy, to_env, agent.summary)
+    return ActorLearner(init, learn, policy, acting, num_envs, agent.summary)
 
 
-def on_device(loop: OffPolicy, config: OffPolicyConfig, env: Env) -> Algorithm:
-    """The `Algorithm` of the on-device runner: explore → step the JAX environments → learn."""
+def on_device(al: ActorLearner, config: OffPolicyConfig, env: Env) -> Algorithm:
+    """The `Algorithm` of the on-device runner: forward → explore → step the JAX environments → learn."""
     num_envs = config.num_envs
+    obs_ndim = len(env.observation_shape)
+    acting = al.acting
 
     def init(key: jax.Array) -> OnDeviceState:
         key, reset_key = jax.random.split(key)
         obs, env_state = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
-        return OnDeviceState(loop.init(key), env_state, obs.astype(jnp.float32))
+        return OnDeviceState(al.init(key), env_state, obs.astype(jnp.float32))
 
     def update(state: OnDeviceState) -> tuple[OnDeviceState, dict[str, jax.Array]]:
         key, act_key, step_key = jax.random.split(state.learner.key, 3)
-        action, reference = loop.explore(loop.policy(state.learner), state.obs, act_key, state.learner.env_steps)
-        out = jax.vmap(env.step)(jax.random.split(step_key, num_envs), state.env_state, loop.to_env(action))
-        row = Transition(state.obs, action, out.reward, out.final_obs, out.terminated, out.truncated, reference)
-        learner, metrics = loop.learn(state.learner._replace(key=key), row)
+        raw = forward(acting, al.policy(state.learner), state.obs, obs_ndim)
+        action, reference = acting.explore(raw, act_key, state.learner.env_steps)
+        out = jax.vmap(env.step)(jax.random.split(step_key, num_envs), state.env_state, acting.to_env(action))
+        step = Step(state.obs, action, out.reward, out.final_obs, out.terminated, out.truncated, reference,
+                    jnp.ones(num_envs, jnp.float32))
+        learner, metrics = al.learn(state.learner._replace(key=key), step)
         return OnDeviceState(learner, out.state, out.obs.astype(jnp.float32)), {**episode_metrics(out.info), **metrics}
 
     def policy(state: OnDeviceState) -> Any:
-        return loop.policy(state.learner)
+        return al.policy(state.learner)
 
     def act(policy_params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
         """Deterministic action for ONE observation [*obs_shape], in env units [|A|] (the key is unused)."""
         del key
-        return loop.to_env(loop.greedy(policy_params, obs))
+        return acting.to_env(acting.greedy(forward(acting, policy_params, obs, obs_ndim)))
 
     return Algorithm(
         init=init, update=update, policy=policy, act=act,
-        env_steps_per_update=config.env_steps_per_update, num_updates=config.num_updates, summary=loop.summary,
+        env_steps_per_update=config.env_steps_per_update, num_updates=config.num_updates, summary=al.summary,
     )

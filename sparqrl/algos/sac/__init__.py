@@ -10,11 +10,11 @@ from sparqrl.algos.sac.losses import (
     temperature_loss,
 )
 from sparqrl.algos.sac.train import (
-    Actor, Networks, SACAgent, TwinCritic, make_agent, make_algorithm, make_networks, make_offpolicy, make_train,
+    Actor, Networks, SACAgent, TwinCritic, make_agent, make_algorithm, make_networks, make_actor_learner, make_train,
 )
 
 __all__ = [
     "Actor", "Config", "Networks", "SACAgent", "Transition", "TwinCritic", "actor_loss", "bounded_log_std",
-    "critic_loss", "make_agent", "make_algorithm", "make_networks", "make_offpolicy", "make_train",
+    "critic_loss", "make_agent", "make_algorithm", "make_networks", "make_actor_learner", "make_train",
     "sample_squashed_gaussian", "squashed_gaussian_log_prob", "temperature_loss",
 ]

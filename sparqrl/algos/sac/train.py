@@ -28,9 +28,9 @@ import numpy as np
 import optax
 
 from sparqrl import returns
-from sparqrl.algos.base import Algorithm, make_train_fn
+from sparqrl.algos.base import ActorLearner, Algorithm, make_train_fn
 from sparqrl.algos.offpolicy import loop
-from sparqrl.algos.offpolicy.loop import OffPolicy, Transition
+from sparqrl.algos.offpolicy.loop import Transition
 from sparqrl.algos.sac.config import Config
 from sparqrl.algos.sac.losses import (
     actor_loss, bounded_log_std, critic_loss, sample_squashed_gaussian, temperature_loss,
@@ -128,11 +128,21 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
         return SACAgent(actor, critic, critic, log_alpha, actor_opt, critic_opt, alpha_opt.init(log_alpha),
                         jax.tree.map(jnp.zeros_like, critic))
 
-    def greedy(actor_params: Any, obs: jax.Array) -> jax.Array:
-        return jnp.tanh(nets.actor.apply(actor_params, obs)[0])
+    # Actors run the actor's Dense chain (maybe quantized); its raw output [μ, unbounded log σ] is split here.
+    network = HeadMLP(nets.actor.hidden, 2 * nets.actor.action_dim, nets.actor.activation, "orthogonal")
 
-    def behaviour(actor_params: Any, obs: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        mean, log_std = nets.actor.apply(actor_params, obs)
+    def network_params(actor_params: Any) -> Any:
+        return {"params": actor_params["params"]["HeadMLP_0"]}
+
+    def gaussian(raw: jax.Array) -> tuple[jax.Array, jax.Array]:
+        mean, raw_log_std = jnp.split(raw, 2, axis=-1)
+        return mean, bounded_log_std(raw_log_std, config.log_std_min, config.log_std_max)
+
+    def greedy(raw: jax.Array) -> jax.Array:
+        return jnp.tanh(gaussian(raw)[0])
+
+    def behaviour(raw: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        mean, log_std = gaussian(raw)
         policy_mean = jnp.tanh(mean)
         if config.behaviour == "sample":
             return sample_squashed_gaussian(key, mean, log_std)[0], policy_mean
@@ -237,12 +247,12 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
         loop.network_shapes(*make_networks(dataclasses.replace(config, sparse="dense"), env), env),
         {"actor": actor_training, "critic": critic_training}, stored=["actor", "critic", "critic"],
     )
-    return loop.Agent(init, lambda agent: agent.actor, behaviour, greedy, gradient_step, report,
-                      ("critic_loss", "q_mean", "actor_loss", "entropy"), summary)
+    return loop.Agent(init, lambda agent: agent.actor, network, network_params, nets.actor.activation, behaviour,
+                      greedy, gradient_step, report, ("critic_loss", "q_mean", "actor_loss", "entropy"), summary)
 
 
-def make_offpolicy(config: Config, env: Any) -> OffPolicy:
-    """The explore/learn halves for the host runner; checks and resolves the config first."""
+def make_actor_learner(config: Config, env: Any) -> ActorLearner:
+    """The learner and acting halves for the actor-learner runner; checks and resolves the config first."""
     config = config.validate(env)
     return loop.make_offpolicy(config, env, make_agent(config, env))
 

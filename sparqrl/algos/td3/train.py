@@ -24,9 +24,9 @@ import jax.numpy as jnp
 import optax
 
 from sparqrl import returns
-from sparqrl.algos.base import Algorithm, make_train_fn
+from sparqrl.algos.base import ActorLearner, Algorithm, make_train_fn
 from sparqrl.algos.offpolicy import loop
-from sparqrl.algos.offpolicy.loop import OffPolicy, Transition
+from sparqrl.algos.offpolicy.loop import Transition
 from sparqrl.algos.td3.config import Config
 from sparqrl.algos.td3.losses import actor_loss, critic_loss, exploration_action, smoothed_target_action
 from sparqrl.envs import Env, action_dim
@@ -99,11 +99,17 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
         )
         return TD3Agent(actor, critic, actor, critic, actor_opt, critic_opt)  # targets start masked (quirk 13)
 
-    def greedy(actor_params: Any, obs: jax.Array) -> jax.Array:
-        return nets.actor.apply(actor_params, obs)
+    # Actors run the actor's Dense chain (maybe quantized) and squash its output here: tanh(raw).
+    network = HeadMLP(nets.actor.hidden, nets.actor.action_dim, nets.actor.activation, "torch")
 
-    def behaviour(actor_params: Any, obs: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        action = greedy(actor_params, obs)
+    def network_params(actor_params: Any) -> Any:
+        return {"params": actor_params["params"]["HeadMLP_0"]}
+
+    def greedy(raw: jax.Array) -> jax.Array:
+        return jnp.tanh(raw)
+
+    def behaviour(raw: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        action = greedy(raw)
         return exploration_action(action, key, config.exploration_noise), action
 
     # The gated branch is a `lockstep_cond` (cheap under vmap when skipped): it takes every traced value
@@ -170,12 +176,12 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
         loop.network_shapes(*make_networks(dataclasses.replace(config, sparse="dense"), env), env),
         {"actor": actor_training, "critic": critic_training}, stored=["actor", "actor", "critic", "critic"],
     )
-    return loop.Agent(init, lambda agent: agent.actor, behaviour, greedy, gradient_step, report,
-                      ("critic_loss", "q_mean", "actor_loss"), summary)
+    return loop.Agent(init, lambda agent: agent.actor, network, network_params, nets.actor.activation, behaviour,
+                      greedy, gradient_step, report, ("critic_loss", "q_mean", "actor_loss"), summary)
 
 
-def make_offpolicy(config: Config, env: Any) -> OffPolicy:
-    """The explore/learn halves for the host runner; checks and resolves the config first."""
+def make_actor_learner(config: Config, env: Any) -> ActorLearner:
+    """The learner and acting halves for the actor-learner runner; checks and resolves the config first."""
     config = config.validate(env)
     return loop.make_offpolicy(config, env, make_agent(config, env))
 

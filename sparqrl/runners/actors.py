@@ -1,0 +1,295 @@
+"""Actors of the actor-learner runner and the pools that run them (`inline` in-process, `ray`).
+
+An actor steps `seeds × num_envs` host environments with the latest policy copy it was handed, in the
+precision the learner published it in (`sparqrl.quant`: int8 / fp16 / bf16 / fp32), and returns
+`Fragment`s of T env steps, each tagged with the policy version it was acted with. Actors keep no state
+that must survive: a replaced actor starts fresh episodes with a new incarnation number.
+
+The pools share one interface and one flow control (ActorQ's broadcast + RLlib's requests in flight):
+the driver hands each actor at most `in_flight` collect requests, each naming the newest `PolicyCopy`;
+a finished fragment frees a slot, which the driver refills with the newest copy. A slow learner thus
+slows the actors (they wait for requests) instead of filling memory: at most actors × in_flight
+fragments exist at any time. A copy is put in Ray's object store once per version and every request
+passes the same reference (never the arrays once per actor).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections import deque
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sparqrl import quant
+from sparqrl.algos import get_algorithm
+from sparqrl.algos.base import ActorLearner, Step
+from sparqrl.envs import HostVecEnv, host_spec
+
+# Actors are CPU processes with one thread each, as ActorQ's (torch.set_num_threads(1), GPUs hidden).
+ACTOR_ENV = {
+    "JAX_PLATFORMS": "cpu",
+    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+    "OMP_NUM_THREADS": "1",
+}
+
+
+class PolicyCopy(NamedTuple):
+    """What the learner publishes once per version: numpy only, so Ray shares it zero-copy on a node."""
+
+    version: int  # learner updates (fragments learned) that produced it
+    stacks: tuple[quant.QuantizedStack, ...]  # the policy network of each seed, in the actors' precision
+    env_steps: int  # env steps per seed the learner had consumed (the actors' warm-up clock)
+    nbytes: int  # bytes of the stacks: what one broadcast carries
+
+
+class Fragment(NamedTuple):
+    """What an actor sends: T env steps of its seeds × num_envs environments (numpy leaves)."""
+
+    actor_id: int  # 0 .. actors-1, the actor's place (a replacement keeps it)
+    incarnation: int  # 0 for the first process in that place, +1 for each replacement
+    version: int  # the PolicyCopy version every step of the fragment was acted with
+    steps: Step  # leaves [T, seeds, num_envs, ...]
+    episode_return: np.ndarray  # [T, seeds, num_envs], valid where episode_done
+    episode_done: np.ndarray  # bool [T, seeds, num_envs]
+    busy_s: float  # seconds spent acting and stepping (not waiting)
+
+
+class ActorSpec(NamedTuple):
+    """Everything needed to build an actor anywhere (pickled to Ray workers)."""
+
+    algo: str
+    config: Any  # the resolved algorithm config
+    env: str  # gym:NAME
+    seeds: int
+    actors: int
+    fragment_steps: int
+    seed: int  # the run's base seed
+
+
+def make_actor_learner(algo: str, config: Any, env: str) -> ActorLearner:
+    return get_algorithm(algo).make_actor_learner(config, host_spec(env))
+
+
+class Actor:
+    """One actor: host environments, the newest policy copy it has loaded, jitted exploration."""
+
+    def __init__(self, spec: ActorSpec, actor_id: int, incarnation: int, reseed: int = 0):
+        al = make_actor_learner(spec.algo, spec.config, spec.env)
+        acting, n = al.acting, al.num_envs
+        self.spec, self.actor_id, self.incarnation = spec, actor_id, incarnation
+        self.shape = (spec.seeds, n)
+        self.envs = HostVecEnv(spec.env, spec.seeds * n)
+        # Reseeded by place, incarnation and resume count: a replacement never replays its predecessor.
+        base = spec.seed + 1000 * (1 + actor_id) + 100_000 * incarnation + 10_000_000 * reseed
+        self.obs = self._split(self.envs.reset(base))
+        self.key = jax.random.split(jax.random.PRNGKey(base), spec.seeds)
+        slots = jnp.asarray(actor_id * n + np.arange(n), jnp.int32)
+        total_slots = spec.actors * n
+
+        def explore(raw: jax.Array, key: jax.Array, env_steps: jax.Array) -> tuple:
+            keys = jax.vmap(jax.random.split)(key)  # [seeds, 2]
+            action, extra = jax.vmap(acting.explore, in_axes=(0, 0, None, None, None))(
+                raw, keys[:, 1], env_steps, slots, total_slots)
+            return acting.to_env(action), action, extra, keys[:, 0]
+
+        self._explore = jax.jit(explore)
+        self._priority = None
+        if acting.priority is not None:  # over [T, seeds, ...]
+            self._priority = jax.jit(jax.vmap(jax.vmap(acting.priority)))
+        self.version, self.forwards = -1, ()
+
+    def _split(self, x: np.ndarray) -> np.ndarray:
+        return x.reshape(self.shape + x.shape[1:])
+
+    def _forward(self, obs: np.ndarray) -> np.ndarray:
+        """raw [seeds, B, out] of each seed's policy copy on obs [seeds, B, *obs_shape]."""
+        flat = obs.reshape(obs.shape[:2] + (-1,)).astype(np.float32)
+        return np.stack([f(flat[i]) for i, f in enumerate(self.forwards)])
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def collect(self, copy: PolicyCopy) -> Fragment:
+        """T env steps of every environment with `copy` (loaded once per version)."""
+        start = time.perf_counter()
+        if copy.version != self.version:
+            self.forwards = tuple(quant.make_forward(stack) for stack in copy.stacks)
+            self.version = copy.version
+        seeds, n = self.shape
+        rows, returns, dones = [], [], []
+        for t in range(self.spec.fragment_steps):
+            # The run's env steps so far as this actor counts them: every actor steps as fast as it does.
+            env_steps = copy.env_steps + t * n * self.spec.actors
+            env_action, action, extra, self.key = self._explore(self._forward(self.obs), self.key, env_steps)
+            out = self.envs.step(np.asarray(env_action).reshape((seeds * n,) + env_action.shape[2:]))
+            rows.append((self.obs, np.asarray(action), self._split(out.reward), self._split(out.final_obs),
+                         self._split(out.terminated), self._split(out.truncated), jax.device_get(extra)))
+            returns.append(self._split(out.episode_return))
+            dones.append(self._split(out.episode_done))
+            self.obs = self._split(out.obs)
+        obs, action, reward, next_obs, terminated, truncated, extra = (
+            jax.tree.map(lambda *xs: np.stack(xs), *column) for column in zip(*rows))
+        priority = np.ones(reward.shape, np.float32)
+        steps = Step(obs, action, reward.astype(np.float32), next_obs, terminated, truncated, extra, priority)
+        if self._priority is not None:  # Ape-X: initial priorities from this actor's own copy
+            raw_next = self._forward(next_obs.swapaxes(0, 1).reshape((seeds, -1) + next_obs.shape[3:]))
+            raw_next = raw_next.reshape((seeds, -1, n) + raw_next.shape[2:]).swapaxes(0, 1)
+            steps = steps._replace(priority=np.asarray(self._priority(raw_next, steps), np.float32))
+        return Fragment(self.actor_id, self.incarnation, copy.version, steps, np.stack(returns), np.stack(dones),
+                        time.perf_counter() - start)
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+# ---- pools -----------------------------------------------------------------------------------------
+
+
+class ActorFailure(NamedTuple):
+    actor_id: int
+    incarnation: int
+    error: str
+
+
+class InlinePool:
+    """All actors in this process, run one request at a time in submission order (for debugging, tests
+    and deterministic runs)."""
+
+    backend = "inline"
+
+    def __init__(self, spec: ActorSpec, reseed: int = 0):
+        self.spec, self.reseed = spec, reseed
+        self.actors = [Actor(spec, i, 0, reseed) for i in range(spec.actors)]
+        self.requests: deque[tuple[int, PolicyCopy]] = deque()
+        self.restarts = 0
+        self.failures: list[ActorFailure] = []
+
+    def publish(self, copy: PolicyCopy) -> PolicyCopy:
+        return copy
+
+    def submit(self, actor_id: int, copy: PolicyCopy) -> None:
+        self.requests.append((actor_id, copy))
+
+    def next(self) -> Fragment:
+        while True:
+            actor_id, copy = self.requests.popleft()
+            try:
+                return self.actors[actor_id].collect(copy)
+            except Exception as error:  # an environment or actor crash: replace the actor, go on
+                self._replace(actor_id, repr(error))
+                self.submit(actor_id, copy)
+
+    def _replace(self, actor_id: int, error: str) -> None:
+        old = self.actors[actor_id]
+        self.failures.append(ActorFailure(actor_id, old.incarnation, error))
+        warnings.warn(f"actor {actor_id} (incarnation {old.incarnation}) failed and is replaced: {error}")
+        try:
+            old.close()
+        except Exception:
+            pass
+        self.actors[actor_id] = Actor(self.spec, actor_id, old.incarnation + 1, self.reseed)
+        self.restarts += 1
+
+    def close(self) -> None:
+        for actor in self.actors:
+            actor.close()
+
+
+class RayPool:
+    """Each actor a Ray actor process (1 CPU, 1 thread); requests in flight tracked by ObjectRef."""
+
+    backend = "ray"
+
+    def __init__(self, spec: ActorSpec, reseed: int = 0, address: str | None = None):
+        import ray
+
+        self.ray, self.spec, self.reseed = ray, spec, reseed
+        self.started_ray = not ray.is_initialized()
+        if self.started_ray:
+            ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+                     # a local instance gets a CPU per actor even on a machine with fewer cores
+                     num_cpus=None if address else max(os.cpu_count() or 1, spec.actors))
+        self.remote_actor = ray.remote(num_cpus=1, max_restarts=0, runtime_env={"env_vars": ACTOR_ENV})(Actor)
+        self.handles: list[Any] = [self._start(i, 0) for i in range(spec.actors)]
+        self.incarnations = [0] * spec.actors
+        self.pending: dict[Any, tuple[int, Any]] = {}  # ObjectRef -> (actor_id, copy ref)
+        self.restarts = 0
+        self.failures: list[ActorFailure] = []
+
+    def _start(self, actor_id: int, incarnation: int) -> Any:
+        return self.remote_actor.remote(self.spec, actor_id, incarnation, self.reseed)
+
+    def publish(self, copy: PolicyCopy) -> Any:
+        """Put the copy in the object store once; every request of this version passes this reference."""
+        return self.ray.put(copy)
+
+    def submit(self, actor_id: int, copy_ref: Any) -> None:
+        self.pending[self.handles[actor_id].collect.remote(copy_ref)] = (actor_id, copy_ref)
+
+    def next(self) -> Fragment:
+        while True:
+            ready, _ = self.ray.wait(list(self.pending), num_returns=1)
+            actor_id, copy_ref = self.pending.pop(ready[0])
+            try:
+                return self.ray.get(ready[0])
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as error:
+                self._replace(actor_id, f"{type(error).__name__}: {str(error).splitlines()[0]}")
+                self.submit(actor_id, copy_ref)
+
+    def _replace(self, actor_id: int, error: str) -> None:
+        """Replace a dead actor; its other requests in flight are dropped (at most its unsent data)."""
+        old = self.handles[actor_id]
+        self.failures.append(ActorFailure(actor_id, self.incarnations[actor_id], error))
+        warnings.warn(f"actor {actor_id} (incarnation {self.incarnations[actor_id]}) died and is replaced: {error}")
+        for ref, (owner, _) in list(self.pending.items()):
+            if owner == actor_id:
+                del self.pending[ref]
+        self.ray.kill(old, no_restart=True)
+        self.incarnations[actor_id] += 1
+        self.handles[actor_id] = self._start(actor_id, self.incarnations[actor_id])
+        self.restarts += 1
+
+    def pids(self) -> list[int]:
+        return self.ray.get([h.pid.remote() for h in self.handles])
+
+    def close(self) -> None:
+        """End every process this run started: our actors always, the local Ray instance if we made it."""
+        for handle in self.handles:
+            try:
+                self.ray.kill(handle, no_restart=True)
+            except Exception:
+                pass
+        self.pending.clear()
+        if self.started_ray:
+            self.ray.shutdown()
+
+
+def make_pool(backend: str, spec: ActorSpec, reseed: int = 0, address: str | None = None) -> InlinePool | RayPool:
+    if backend == "ray":
+        return RayPool(spec, reseed, address)
+    return InlinePool(spec, reseed)
+
+
+def quantized_copy(version: int, policy: Any, acting: Any, paths: Any, precision: str, granularity: str,
+                   env_steps: int) -> PolicyCopy:
+    """Quantize each seed's policy network (numpy policy params [seeds, ...]) into a `PolicyCopy`."""
+    seeds = jax.tree.leaves(policy)[0].shape[0]
+    stacks = tuple(
+        quant.quantize(quant.dense_stack(acting.network_params(jax.tree.map(lambda x: x[i], policy)), paths,
+                                         acting.activation), precision, granularity)
+        for i in range(seeds)
+    )
+    return PolicyCopy(version, stacks, env_steps, sum(quant.nbytes(s) for s in stacks))
+
+
+def network_paths(acting: Any, policy: Any, obs_shape: tuple[int, ...]) -> Any:
+    """The Dense layers of the policy network in call order (checked to be a plain chain)."""
+    one = jax.tree.map(lambda x: x[0], policy)
+    example = np.zeros((1, int(np.prod(obs_shape))), np.float32)
+    return quant.stack_paths(acting.network, acting.network_params(one), example)
+

@@ -1,0 +1,128 @@
+"""Actors and their pools (inline and Ray): fragments, versions, replacement of dead actors, shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from sparqrl.algos import td3
+from sparqrl.envs import host_spec
+from sparqrl.runners.actors import ActorSpec, InlinePool, RayPool, network_paths, quantized_copy
+
+ENV = "gym:Pendulum-v1"
+SMALL = dict(total_timesteps=600, learning_starts=20, batch_size=32, hidden=(32, 32), num_envs=2)
+
+
+def make_spec(actors: int, seeds: int = 1, fragment_steps: int = 3) -> ActorSpec:
+    config = td3.Config(**SMALL).validate(host_spec(ENV))
+    return ActorSpec("td3", config, ENV, seeds, actors, fragment_steps, seed=0)
+
+
+def copies(spec: ActorSpec, precision: str = "int8"):
+    """version -> PolicyCopy of freshly initialised learners (one per version, different weights)."""
+    al = td3.make_actor_learner(spec.config, host_spec(ENV))
+    init = jax.jit(jax.vmap(al.init))
+
+    def copy(version: int):
+        learner = init(jax.random.split(jax.random.PRNGKey(version), spec.seeds))
+        policy = jax.device_get(jax.vmap(al.policy)(learner))
+        paths = network_paths(al.acting, policy, host_spec(ENV).observation_shape)
+        return quantized_copy(version, policy, al.acting, paths, precision, "channel", env_steps=100 * version)
+
+    return copy
+
+
+def test_inline_fragments_have_the_promised_shapes_and_versions():
+    spec = make_spec(actors=2, seeds=2, fragment_steps=3)
+    pool, copy = InlinePool(spec), copies(spec)
+    try:
+        for version in range(3):
+            c = pool.publish(copy(version))
+            pool.submit(0, c)
+            pool.submit(1, c)
+            for actor_id in (0, 1):
+                frag = pool.next()
+                assert (frag.actor_id, frag.version, frag.incarnation) == (actor_id, version, 0)
+                assert frag.steps.obs.shape == (3, 2, 2, 3) and frag.steps.action.shape == (3, 2, 2, 1)
+                assert frag.steps.extra.shape == (3, 2, 2, 1) and frag.steps.priority.shape == (3, 2, 2)
+                assert frag.episode_done.shape == (3, 2, 2) and frag.busy_s > 0
+                assert np.all(np.abs(frag.steps.action) <= 1.0)
+    finally:
+        pool.close()
+
+
+def test_inline_actor_that_raises_is_replaced_and_the_run_goes_on():
+    spec = make_spec(actors=2)
+    pool, copy = InlinePool(spec), copies(spec)
+    try:
+        c = copy(0)
+        broken = pool.actors[0]
+
+        def crash(actions):
+            raise RuntimeError("simulator crashed")
+
+        broken.envs.step = crash
+        pool.submit(0, c)
+        with pytest.warns(UserWarning, match="actor 0 .*replaced"):
+            frag = pool.next()
+        assert (frag.actor_id, frag.incarnation) == (0, 1) and pool.restarts == 1
+        assert pool.failures[0].error == "RuntimeError('simulator crashed')"
+    finally:
+        pool.close()
+
+
+@pytest.fixture(scope="module")
+def ray_pool():
+    spec = make_spec(actors=2, fragment_steps=2)
+    pool = RayPool(spec)
+    yield pool, copies(spec)
+    pool.close()
+
+
+def test_ray_killed_actor_is_replaced_and_versions_are_monotone_per_actor(ray_pool):
+    """SIGKILL one actor process mid-run: the pool starts a new one in its place, loses at most that
+    actor's requests in flight, and every actor's fragments carry non-decreasing versions."""
+    pool, copy = ray_pool
+    in_flight, seen = 2, {}
+    ref = pool.publish(copy(0))
+    for actor_id in (0, 1):
+        for _ in range(in_flight):
+            pool.submit(actor_id, ref)
+    victim = pool.pids()[0]
+    for version in range(1, 13):
+        if version == 4:
+            os.kill(victim, signal.SIGKILL)
+        frag = pool.next()
+        seen.setdefault((frag.actor_id, frag.incarnation), []).append(frag.version)
+        ref = pool.publish(copy(version))  # a new version after every update, put once
+        pool.submit(frag.actor_id, ref)
+    assert pool.restarts == 1 and pool.failures[0].actor_id == 0
+    assert (0, 1) in seen, seen  # the replacement delivered data
+    for versions in seen.values():
+        assert versions == sorted(versions)
+    assert victim not in pool.pids()
+
+
+def test_ray_pool_close_ends_its_processes():
+    spec = make_spec(actors=2, fragment_steps=2)
+    pool = RayPool(spec)
+    pids = pool.pids()
+    pool.close()
+    deadline = time.time() + 30
+    while time.time() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.2)
+    assert not [pid for pid in pids if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead
+        return f.read().split()[2] != "Z"
