@@ -112,7 +112,8 @@ def _record_dense_calls(module: nn.Module, variables: Any, obs: np.ndarray) -> t
     def interceptor(next_fun, args, kwargs, context):
         out = next_fun(*args, **kwargs)
         if isinstance(context.module, nn.Dense) and context.method_name == "__call__":
-            calls.append(_DenseCall(("params",) + tuple(context.module.path), np.asarray(args[0]), np.asarray(out)))
+            x = args[0] if args else next(iter(kwargs.values()))
+            calls.append(_DenseCall(("params",) + tuple(context.module.path), np.asarray(x), np.asarray(out)))
         return out
 
     with nn.intercept_methods(interceptor):
@@ -158,6 +159,7 @@ def stack_paths(
     one_of("activation", activation, ACTIVATIONS)
     rule = (f"quantized acting runs plain Dense chains only (flat obs -> Dense -> {activation} -> ... -> "
             "Dense, nothing after the last layer)")
+    hint = "; pass `paths` to select a chain inside a bigger module" if paths is None else ""
 
     obs = np.random.default_rng(0).normal(size=np.shape(example_obs)).astype(np.float32)
     calls, out = _record_dense_calls(module, variables, obs)
@@ -170,7 +172,9 @@ def stack_paths(
         paths = tuple(called)
         layers = {path_str(p) for p in paths}
         params = variables["params"] if "params" in variables else {}
-        owners = {path_str(("params",) + p[:-1]) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]}
+        # the layer owning each parameter leaf ('params/log_std' is its own owner)
+        owners = {path_str(("params",) + p[:-1]) if len(p) > 1 else path_str(("params",) + p)
+                  for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]}
         stray = sorted(owners - layers)
         require(not stray, field, name, f"{rule}; it has parameters outside its Dense layers: {', '.join(stray)}")
     else:
@@ -187,12 +191,11 @@ def stack_paths(
             f"{rule}; its first Dense layer {path_str(first.path)} does not take the flattened observation")
     for prev, layer in zip(selected, selected[1:]):
         require(_close(layer.x, _act_np(activation, prev.y)), field, name,
-                f"{rule}; {path_str(layer.path)} does not take {activation}({path_str(prev.path)})")
+                f"{rule}; {path_str(layer.path)} does not take {activation}({path_str(prev.path)}){hint}")
     last = selected[-1]
     if auto:
         require(isinstance(out, (np.ndarray, jax.Array)) and _close(np.asarray(out), last.y), field, name,
-                f"{rule}; its output is not the output of its last Dense layer {path_str(last.path)} "
-                "(pass the chain's `paths` explicitly if the module transforms it)")
+                f"{rule}; its output is not the output of its last Dense layer {path_str(last.path)}{hint}")
     stack = dense_stack(variables, paths, activation)
     recomputed = apply_stack(stack, obs.reshape(-1, stack.kernels[0].shape[0])).astype(np.float32)
     require(_close(recomputed, last.y.reshape(recomputed.shape)), field, name,
@@ -222,5 +225,5 @@ def dequantize(q: QuantizedStack) -> DenseStack:
     if q.precision == "int8":
         kernels = tuple(dequantize_tensor(k, s) for k, s in zip(q.kernels, q.scales))
     else:
-        kernels = tuple(np.asarray(k).astype(np.float32) for k in q.kernels)
+        kernels = tuple(np.asarray(k, np.float32) for k in q.kernels)  # no copy for fp32
     return DenseStack(kernels, tuple(np.asarray(b, np.float32) for b in q.biases), q.activation)

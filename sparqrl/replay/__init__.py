@@ -1,7 +1,10 @@
-"""On-device replay buffers as pure functions over typed states (uniform now; n-step, RLx2 later)."""
+"""On-device replay buffers as pure functions over typed states: uniform (the names below),
+prioritized (`sparqrl.replay.prioritized`), n-step windows and RLx2's dynamic capacity."""
 
 from __future__ import annotations
 
+from sparqrl.replay import prioritized
+from sparqrl.replay.prioritized import PrioritizedBuffer, PrioritizedSample, PrioritizedState, make_prioritized_buffer
 from sparqrl.replay.uniform import (
     BufferState,
     UniformBuffer,
@@ -15,6 +18,7 @@ from sparqrl.replay.uniform import (
 )
 
 __all__ = [
-    "BufferState", "UniformBuffer", "add", "can_sample", "gather", "init", "make_uniform_buffer",
-    "sample", "sample_slots",
+    "BufferState", "PrioritizedBuffer", "PrioritizedSample", "PrioritizedState", "UniformBuffer", "add",
+    "can_sample", "gather", "init", "make_prioritized_buffer", "make_uniform_buffer", "prioritized", "sample",
+    "sample_slots",
 ]

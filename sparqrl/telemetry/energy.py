@@ -162,7 +162,7 @@ def _method(tracker: Any) -> str:
             elif mode == "cpu_load":
                 parts.append(
                     f"cpu: codecarbon fallback (CPU load x TDP estimate, {tdp}{generic} W for '{model}', "
-                    f"no RAPL readable)"
+                    f"no power counter readable)"
                 )
             elif mode == "constant":
                 parts.append(f"cpu: codecarbon fallback (constant half of a{generic} {tdp} W TDP for '{model}')")
@@ -241,8 +241,9 @@ class EnergyMeter:
         return self._tracker is not None
 
     def include_prior(self, meta: Mapping[str, Any]) -> None:
-        """Add the totals of the run's earlier sessions (a checkpoint meta dict) to this meter's."""
-        for key, default in (("energy_kwh", 0.0), ("co2_kg", 0.0), ("energy_sessions", 0),
+        """Count the run's earlier sessions: their totals from a checkpoint meta dict. A checkpoint from
+        before energy tracking (no keys) counts as one earlier session, not measured."""
+        for key, default in (("energy_kwh", 0.0), ("co2_kg", 0.0), ("energy_sessions", 1),
                              ("energy_sessions_measured", 0)):
             try:
                 value = type(default)(meta.get(key, default))
@@ -289,6 +290,10 @@ class EnergyMeter:
         except Exception as error:  # noqa: BLE001 - measuring must never stop a run
             self._fail(f"not measured: codecarbon failed to start ({_short(error)})", tracker)
             _detach(quiet)
+        except BaseException:  # Ctrl-C while codecarbon starts: leave nothing running, then go on with it
+            self._fail("not measured: interrupted while starting", tracker)
+            _detach(quiet)
+            raise
         self.start_overhead_s = time.perf_counter() - began
         return self
 
@@ -324,6 +329,7 @@ class EnergyMeter:
                 self._reading = (_finite(data.energy_consumed), _finite(data.emissions))
                 self._measured = True
             except Exception as error:  # noqa: BLE001
+                _cancel_sampling(tracker)
                 # keep the last reading, if any: the session was measured up to it
                 self._measured = self._reading[0] > 0
                 self.error = f"codecarbon failed to stop ({_short(error)})"
@@ -386,6 +392,18 @@ class EnergyMeter:
                 tracker.stop()
             except Exception:  # noqa: BLE001
                 pass
+        _cancel_sampling(tracker)
+
+
+def _cancel_sampling(tracker: Any) -> None:
+    """Cancel a tracker's sampling timers (codecarbon 3.3 internals), where its stop() could not."""
+    for name in ("_scheduler", "_scheduler_monitor_power"):
+        try:
+            scheduler = getattr(tracker, name, None)
+            if scheduler is not None:
+                scheduler.stop()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def start_energy_meter(

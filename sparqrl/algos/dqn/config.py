@@ -76,6 +76,29 @@ class Config:
     max_grad_norm: float = 10.0
     """Clip gradients to this global norm; 0 turns clipping off."""
 
+    # ---- actor-learner runner only (host envs, Ape-X; Horgan et al. 2018, arXiv 1803.00933) ----
+
+    prioritized: bool = True
+    """Actor-learner runner: proportional prioritized replay with the actors' initial priorities (Ape-X);
+    False: uniform replay. The on-device runner always replays uniformly."""
+
+    priority_exponent: float = 0.6
+    """Prioritized replay's alpha: items are sampled with probability proportional to priority**alpha."""
+
+    importance_exponent: float = 0.4
+    """Prioritized replay's beta: importance weights (n * P(i))**-beta, normalised by the batch maximum."""
+
+    priority_epsilon: float = 1e-6
+    """Added to |TD error| to give an item's priority, so that every item keeps a chance to be replayed."""
+
+    apex_epsilon: float = 0.4
+    """Ape-X exploration: env slot j of M (over all actors' envs) acts epsilon-greedily with
+    apex_epsilon ** (1 + apex_alpha * j / (M - 1)); the on-device runner uses the epsilon schedule."""
+
+    apex_alpha: float = 7.0
+    """Ape-X exploration exponent (see apex_epsilon): slot epsilons span apex_epsilon to
+    apex_epsilon ** (1 + apex_alpha)."""
+
     # ---- derived values -------------------------------------------------------------------
 
     @property
@@ -147,6 +170,14 @@ class Config:
             "hidden", self.hidden, "must be a non-empty tuple of positive ints",
         )
         one_of("activation", self.activation, get_args(Activation))
+        require(isinstance(self.prioritized, bool), "prioritized", self.prioritized, "must be true or false")
+        require(
+            self.priority_exponent >= 0, "priority_exponent", self.priority_exponent, "must be >= 0 (0 = uniform)"
+        )
+        in_unit_interval("importance_exponent", self.importance_exponent)
+        positive("priority_epsilon", self.priority_epsilon)
+        in_unit_interval("apex_epsilon", self.apex_epsilon)
+        require(self.apex_alpha >= 0, "apex_alpha", self.apex_alpha, "must be >= 0")
         if env is not None and not is_discrete(env):
             fail(
                 "env", env.name,

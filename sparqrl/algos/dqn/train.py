@@ -1,6 +1,7 @@
-"""DQN as an `Algorithm`: epsilon-greedy acting in `num_envs` environments, uniform replay, TD learning.
+"""DQN on both runners: `make_algorithm` (on device, uniform replay) and `make_actor_learner`
+(host environments, Ape-X: per-slot epsilon, actor-side priorities, prioritized replay).
 
-One `update` steps every environment once (`env_steps_per_update = num_envs`), adds the
+On device, one `update` steps every environment once (`env_steps_per_update = num_envs`), adds the
 `num_envs` transitions to the replay buffer, then takes the gradient steps and target update whose
 env-step intervals end within this update:
 
@@ -8,11 +9,23 @@ env-step intervals end within this update:
     target update   if env_steps_t // target_update_interval > env_steps_tm1 // target_update_interval
 
 so every interval is in env steps and means what it says for any `num_envs`. Learning starts at
-`max(learning_starts, batch_size)` env steps. Both gates are `lax.cond`s (under vmap over seeds
-they become selects, which is still correct).
+`max(learning_starts, batch_size)` env steps. Both gates are `lockstep_cond`s (under vmap over seeds,
+whose counters move in lockstep, a skipped branch costs nothing).
 
 Unlike PureJaxRL's `dqn.py`, the key given to `init` is threaded through everything (network init,
 resets, exploration, environment steps, replay sampling), so vmapped seeds really differ.
+
+The actor-learner (`sparqrl.algos.base.ActorLearner`; Horgan et al. 2018, arXiv 1803.00933):
+
+* actors act epsilon-greedily on their (possibly quantized) copy's Q-values with a fixed epsilon per
+  env slot j of all M actor envs, ε_j = ε^(1 + α·j/(M − 1)) (ε = 0.4, α = 7; one slot: ε), and send
+  with each step the initial priority |r + γ(1 − terminated)·max_a Q(s', a) − Q(s, a)| from that copy
+  (one-step, as this DQN's target; Ape-X's is n-step);
+* the learner stores each row of N transitions with priorities (p + ε_p)^α_p, counts N env steps per
+  `learn` call (summed over all actors' envs of this seed) and gates gradient steps, target updates
+  and learning start on that count exactly as `update` does above. Each gradient step samples
+  P(i) ∝ p_i^α_p, weights the loss by the normalised importance weights (n·P(i))^−β, and sets the
+  sampled items' priorities to |δ| + ε_p (`sparqrl.replay.prioritized`).
 """
 
 from __future__ import annotations
@@ -24,11 +37,14 @@ import jax.numpy as jnp
 import optax
 
 from sparqrl import replay
-from sparqrl.algos.base import Algorithm, episode_metrics, make_train_fn
+from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, episode_metrics, make_train_fn
 from sparqrl.algos.dqn.config import Config
-from sparqrl.algos.dqn.losses import chosen_q, q_target, td_loss
+from sparqrl.algos.dqn.losses import apex_priority, chosen_q, q_target, td_loss, weighted_td_loss
+from sparqrl.config import fail
 from sparqrl.envs import Env, action_dim
+from sparqrl.lockstep import lockstep_cond
 from sparqrl.nets.modules import QNetwork
+from sparqrl.replay import prioritized
 
 
 class Transition(NamedTuple):
@@ -42,7 +58,7 @@ class Transition(NamedTuple):
 
 
 class DQNState(NamedTuple):
-    """The full training state of one seed."""
+    """The full training state of one seed (on-device runner)."""
 
     params: Any  # online Q-network
     target_params: Any  # target Q-network
@@ -55,11 +71,45 @@ class DQNState(NamedTuple):
     gradient_steps: jax.Array  # int32 []
 
 
-class _Learner(NamedTuple):
+class LearnerState(NamedTuple):
+    """The actor-learner runner's learner of one seed (`make_actor_learner`)."""
+
+    params: Any  # online Q-network (what actors receive)
+    target_params: Any  # target Q-network
+    opt_state: optax.OptState
+    buffer: replay.PrioritizedState  # of Transition; its weights are unused with `prioritized=False`
+    key: jax.Array
+    env_steps: jax.Array  # int32 [], env steps received, summed over all actors' envs of this seed
+    gradient_steps: jax.Array  # int32 []
+
+
+class _Sums(NamedTuple):
+    """Running sums over one update's gradient steps, for its metrics."""
+
+    loss: jax.Array  # float32 []
+    q: jax.Array  # float32 [], of the batches' mean Q(s, a)
+    td_abs: jax.Array  # float32 [], of the batches' mean |δ|
+    weight_min: jax.Array  # float32 [], smallest importance weight seen (1 without prioritized replay)
+
+
+class _Carry(NamedTuple):
+    """What the gradient steps of one update carry."""
+
     params: Any
     opt_state: optax.OptState
-    loss_sum: jax.Array
-    q_sum: jax.Array
+    buffer: Any  # replay.BufferState (on device) or replay.PrioritizedState (actor-learner)
+    sums: _Sums
+
+
+class StepStats(NamedTuple):
+    """What one gradient step reports."""
+
+    loss: jax.Array  # []
+    q_mean: jax.Array  # [], mean Q(s, a) of the batch
+    td_abs: jax.Array  # [B], |Q(s, a) − y| under the parameters the step started from
+
+
+# ---- shared by both runners ----------------------------------------------------------------
 
 
 def epsilon_schedule(config: Config) -> Callable[[jax.Array], jax.Array]:
@@ -72,6 +122,32 @@ def epsilon_schedule(config: Config) -> Callable[[jax.Array], jax.Array]:
     return epsilon
 
 
+def apex_epsilons(
+    slots: jax.Array, total_slots: int | jax.Array, epsilon: float = 0.4, alpha: float = 7.0
+) -> jax.Array:
+    """Ape-X's fixed per-slot exploration (Horgan et al. 2018, §4.1), float32 [N]:
+
+        ε_j = ε^(1 + α · j / (M − 1))      slot j ∈ {0, …, M − 1} of M = total_slots; M = 1: ε
+
+    One epsilon per env slot across all actors' envs (as `uber-research/ape-x` per actor-batch slot):
+    slot 0 explores most (ε), slot M − 1 least (ε^(1+α), 6.6e-4 at the defaults).
+    """
+    fraction = jnp.asarray(slots, jnp.float32) / jnp.maximum(jnp.asarray(total_slots, jnp.float32) - 1.0, 1.0)
+    return jnp.power(jnp.float32(epsilon), 1.0 + alpha * fraction)
+
+
+def epsilon_greedy(q: jax.Array, epsilon: jax.Array, explore_key: jax.Array, random_key: jax.Array) -> jax.Array:
+    """int32 actions [N] from q [N, A]: uniform random with probability epsilon ([] or [N]), else argmax.
+
+    explore_key decides whether to explore, random_key draws the random action.
+    """
+    batch, num_actions = q.shape[:-1], q.shape[-1]
+    greedy = jnp.argmax(q, axis=-1).astype(jnp.int32)
+    random_action = jax.random.randint(random_key, batch, 0, num_actions, dtype=jnp.int32)
+    explore = jax.random.uniform(explore_key, batch) < epsilon
+    return jnp.where(explore, random_action, greedy)
+
+
 def make_optimizer(config: Config) -> optax.GradientTransformation:
     lr: float | optax.Schedule = config.lr
     if config.anneal_lr:
@@ -82,33 +158,130 @@ def make_optimizer(config: Config) -> optax.GradientTransformation:
     return adam
 
 
+def gradient_steps_due(config: Config, env_steps_tm1: jax.Array, env_steps_t: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(learning bool [], gradient steps int32 []) for the env steps (env_steps_tm1, env_steps_t]:
+    one per `train_interval` boundary crossed, once `learning_start_step` env steps are reached."""
+    learning = env_steps_t >= config.learning_start_step
+    crossed = env_steps_t // config.train_interval - env_steps_tm1 // config.train_interval
+    return learning, jnp.where(learning, crossed, 0).astype(jnp.int32)
+
+
+def target_update_due(config: Config, learning: jax.Array, env_steps_tm1: jax.Array, env_steps_t: jax.Array) -> jax.Array:
+    """bool []: a `target_update_interval` boundary was crossed in (env_steps_tm1, env_steps_t] while learning."""
+    interval = config.target_update_interval
+    return learning & (env_steps_t // interval > env_steps_tm1 // interval)
+
+
+def update_target(config: Config, due: jax.Array, params: Any, target_params: Any) -> Any:
+    """The target network after a possible update: hard copy (tau = 1) or Polyak average."""
+    return lockstep_cond(
+        due,
+        lambda p: optax.incremental_update(p[0], p[1], config.tau),
+        lambda p: p[1],
+        (params, target_params),
+    )
+
+
+def make_gradient_step(
+    config: Config, network: QNetwork, optimizer: optax.GradientTransformation
+) -> Callable[[Any, optax.OptState, Any, Transition, jax.Array | None], tuple[Any, optax.OptState, StepStats]]:
+    """`step(params, opt_state, target_params, batch [B], weights [B] | None) -> (params, opt_state, stats)`:
+    one Adam step on the (importance-weighted, when `weights` is given) squared TD error."""
+
+    def loss_fn(params: Any, target_params: Any, batch: Transition, weights: jax.Array | None) -> tuple[jax.Array, tuple]:
+        next_q_target = network.apply(target_params, batch.next_obs)
+        next_q_online = network.apply(params, batch.next_obs) if config.double_dqn else next_q_target
+        target = q_target(
+            batch.reward, batch.terminated, next_q_target, next_q_online, config.gamma, config.double_dqn
+        )
+        q_sa = chosen_q(network.apply(params, batch.obs), batch.action)
+        loss = td_loss(q_sa, target) if weights is None else weighted_td_loss(q_sa, target, weights)
+        return loss, (jnp.mean(q_sa), jax.lax.stop_gradient(jnp.abs(q_sa - target)))
+
+    def step(
+        params: Any, opt_state: optax.OptState, target_params: Any, batch: Transition, weights: jax.Array | None
+    ) -> tuple[Any, optax.OptState, StepStats]:
+        (loss, (q_mean, td_abs)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, target_params, batch, weights)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, StepStats(loss, q_mean, td_abs)
+
+    return step
+
+
+def _zero_sums() -> _Sums:
+    zero = jnp.zeros((), jnp.float32)
+    return _Sums(zero, zero, zero, jnp.ones((), jnp.float32))
+
+
+def _add_stats(sums: _Sums, stats: StepStats, weights: jax.Array | None) -> _Sums:
+    weight_min = sums.weight_min if weights is None else jnp.minimum(sums.weight_min, jnp.min(weights))
+    return _Sums(sums.loss + stats.loss, sums.q + stats.q_mean, sums.td_abs + jnp.mean(stats.td_abs), weight_min)
+
+
+def _run_gradient_steps(
+    replay_step: Callable[[_Carry, Any, jax.Array], _Carry],
+    carry: _Carry,
+    target_params: Any,
+    num_grad: jax.Array,
+    key: jax.Array,
+    max_steps: int,
+) -> _Carry:
+    """Take `num_grad` (<= max_steps, static) gradient steps: `replay_step(carry, target_params, key)`
+    in a scan over max_steps slots, the slots past num_grad skipped."""
+
+    def maybe_step(carry: _Carry, slot_and_key: tuple[jax.Array, jax.Array]) -> tuple[_Carry, None]:
+        slot, step_key = slot_and_key
+        carry = lockstep_cond(slot < num_grad, lambda op: replay_step(*op), lambda op: op[0], (carry, target_params, step_key))
+        return carry, None
+
+    slots = (jnp.arange(max_steps), jax.random.split(key, max_steps))
+    carry, _ = jax.lax.scan(maybe_step, carry, slots)
+    return carry
+
+
+def _means(sums: _Sums, num_grad: jax.Array) -> dict[str, jax.Array]:
+    """Means over an update's gradient steps (0 when it took none)."""
+    denom = jnp.maximum(num_grad, 1).astype(jnp.float32)
+    return {"loss": sums.loss / denom, "q_mean": sums.q / denom, "td_abs_mean": sums.td_abs / denom}
+
+
+def _q_network(config: Config, env: Any) -> QNetwork:
+    return QNetwork(action_dim(env), tuple(env.observation_shape), tuple(config.hidden), config.activation)
+
+
+def _example_transition(observation_shape: tuple[int, ...]) -> Transition:
+    example_obs = jnp.zeros(observation_shape, jnp.float32)
+    return Transition(
+        obs=example_obs,
+        action=jnp.zeros((), jnp.int32),
+        reward=jnp.zeros((), jnp.float32),
+        next_obs=example_obs,
+        terminated=jnp.zeros((), jnp.bool_),
+    )
+
+
+# ---- on-device runner ------------------------------------------------------------------------
+
+
 def make_algorithm(config: Config, env: Env) -> Algorithm:
     """DQN for `env` (discrete actions). The config is checked here, on the host, before any tracing."""
     config.validate(env)
     num_envs = config.num_envs
-    num_actions = action_dim(env)
-    network = QNetwork(num_actions, tuple(env.observation_shape), tuple(config.hidden), config.activation)
+    network = _q_network(config, env)
     optimizer = make_optimizer(config)
     epsilon = epsilon_schedule(config)
+    gradient_step = make_gradient_step(config, network, optimizer)
     grad_slots = config.max_gradient_steps_per_update
 
     def init(key: jax.Array) -> DQNState:
         key, net_key, reset_key = jax.random.split(key, 3)
-        example_obs = jnp.zeros(env.observation_shape, jnp.float32)
-        params = network.init(net_key, example_obs)
+        params = network.init(net_key, jnp.zeros(env.observation_shape, jnp.float32))
         obs, env_state = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
-        example = Transition(
-            obs=example_obs,
-            action=jnp.zeros((), jnp.int32),
-            reward=jnp.zeros((), jnp.float32),
-            next_obs=example_obs,
-            terminated=jnp.zeros((), jnp.bool_),
-        )
         return DQNState(
             params=params,
             target_params=params,
             opt_state=optimizer.init(params),
-            buffer=replay.init(example, config.buffer_size),
+            buffer=replay.init(_example_transition(env.observation_shape), config.buffer_size),
             env_state=env_state,
             obs=obs,
             key=key,
@@ -116,78 +289,43 @@ def make_algorithm(config: Config, env: Env) -> Algorithm:
             gradient_steps=jnp.zeros((), jnp.int32),
         )
 
-    def loss_fn(params: Any, target_params: Any, batch: Transition) -> tuple[jax.Array, jax.Array]:
-        next_q_target = network.apply(target_params, batch.next_obs)
-        next_q_online = network.apply(params, batch.next_obs) if config.double_dqn else next_q_target
-        target = q_target(
-            batch.reward, batch.terminated, next_q_target, next_q_online, config.gamma, config.double_dqn
-        )
-        q_sa = chosen_q(network.apply(params, batch.obs), batch.action)
-        return td_loss(q_sa, target), jnp.mean(q_sa)
-
-    def gradient_step(learner: _Learner, target_params: Any, buffer: replay.BufferState, key: jax.Array) -> _Learner:
-        batch = replay.sample(buffer, key, config.batch_size)
-        (loss, q_mean), grads = jax.value_and_grad(loss_fn, has_aux=True)(learner.params, target_params, batch)
-        updates, opt_state = optimizer.update(grads, learner.opt_state, learner.params)
-        params = optax.apply_updates(learner.params, updates)
-        return _Learner(params, opt_state, learner.loss_sum + loss, learner.q_sum + q_mean)
+    def replay_step(carry: _Carry, target_params: Any, key: jax.Array) -> _Carry:
+        batch = replay.sample(carry.buffer, key, config.batch_size)
+        params, opt_state, stats = gradient_step(carry.params, carry.opt_state, target_params, batch, None)
+        return _Carry(params, opt_state, carry.buffer, _add_stats(carry.sums, stats, None))
 
     def update(state: DQNState) -> tuple[DQNState, dict[str, jax.Array]]:
         key, explore_key, random_key, step_key, learn_key = jax.random.split(state.key, 5)
 
         # Act: epsilon-greedy on the current observations of every environment.
         eps = epsilon(state.env_steps)
-        greedy = jnp.argmax(network.apply(state.params, state.obs), axis=-1).astype(jnp.int32)
-        random_action = jax.random.randint(random_key, (num_envs,), 0, num_actions, dtype=jnp.int32)
-        explore = jax.random.uniform(explore_key, (num_envs,)) < eps
-        action = jnp.where(explore, random_action, greedy)
+        action = epsilon_greedy(network.apply(state.params, state.obs), eps, explore_key, random_key)
         out = jax.vmap(env.step)(jax.random.split(step_key, num_envs), state.env_state, action)
         buffer = replay.add(
             state.buffer, Transition(state.obs, action, out.reward, out.final_obs, out.terminated)
         )
         env_steps_tm1, env_steps_t = state.env_steps, state.env_steps + num_envs
 
-        # Learn: the gradient steps whose train_interval ends within this update.
-        learning = env_steps_t >= config.learning_start_step
-        num_grad = jnp.where(
-            learning, env_steps_t // config.train_interval - env_steps_tm1 // config.train_interval, 0
+        # Learn: the gradient steps whose train_interval ends within this update, then the target.
+        learning, num_grad = gradient_steps_due(config, env_steps_tm1, env_steps_t)
+        carry = _run_gradient_steps(
+            replay_step, _Carry(state.params, state.opt_state, buffer, _zero_sums()), state.target_params,
+            num_grad, learn_key, grad_slots,
         )
+        due = target_update_due(config, learning, env_steps_tm1, env_steps_t)
+        target_params = update_target(config, due, carry.params, state.target_params)
 
-        def maybe_step(learner: _Learner, slot_and_key: tuple[jax.Array, jax.Array]) -> tuple[_Learner, None]:
-            slot, step_key = slot_and_key
-            learner = jax.lax.cond(
-                slot < num_grad,
-                lambda l: gradient_step(l, state.target_params, buffer, step_key),
-                lambda l: l,
-                learner,
-            )
-            return learner, None
-
-        learner0 = _Learner(state.params, state.opt_state, jnp.zeros(()), jnp.zeros(()))
-        slots = (jnp.arange(grad_slots), jax.random.split(learn_key, grad_slots))
-        learner, _ = jax.lax.scan(maybe_step, learner0, slots)
-
-        # Target network: hard copy (tau = 1) or Polyak average, once per target_update_interval.
-        do_target = learning & (
-            env_steps_t // config.target_update_interval > env_steps_tm1 // config.target_update_interval
-        )
-        target_params = jax.lax.cond(
-            do_target,
-            lambda: optax.incremental_update(learner.params, state.target_params, config.tau),
-            lambda: state.target_params,
-        )
-
-        denom = jnp.maximum(num_grad, 1).astype(jnp.float32)
+        means = _means(carry.sums, num_grad)
         metrics = {
             **episode_metrics(out.info),
-            "loss": learner.loss_sum / denom,  # mean over this update's gradient steps; 0 if none
-            "q_mean": learner.q_sum / denom,  # mean Q(s, a) of the replayed batches; 0 if none
+            "loss": means["loss"],  # mean over this update's gradient steps; 0 if none
+            "q_mean": means["q_mean"],  # mean Q(s, a) of the replayed batches; 0 if none
             "epsilon": jnp.asarray(eps, jnp.float32),
         }
         new_state = DQNState(
-            params=learner.params,
+            params=carry.params,
             target_params=target_params,
-            opt_state=learner.opt_state,
+            opt_state=carry.opt_state,
             buffer=buffer,
             env_state=out.state,
             obs=out.obs,
@@ -218,3 +356,131 @@ def make_algorithm(config: Config, env: Env) -> Algorithm:
 def make_train(config: Config, env: Env) -> Callable[[jax.Array], tuple[DQNState, dict[str, jax.Array]]]:
     """The whole run as `train(key) -> (state, metrics [num_updates])`, jittable and vmappable over keys."""
     return make_train_fn(make_algorithm(config, env))
+
+
+# ---- actor-learner runner (host environments, Ape-X) -----------------------------------------
+
+
+def make_acting(config: Config, spec: Any) -> Acting:
+    """How an actor acts (`sparqrl.algos.base.Acting`): Ape-X per-slot epsilon-greedy on the Q-values
+    [N, A] of its network copy; `extra` is Q(s, a) [N] of the chosen action under that copy, which
+    `priority` needs."""
+    network = _q_network(config, spec)
+
+    def explore(
+        raw: jax.Array, key: jax.Array, env_steps: jax.Array, slots: jax.Array, total_slots: int
+    ) -> tuple[jax.Array, jax.Array]:
+        del env_steps  # Ape-X's epsilons are fixed: no warm-up schedule
+        q = raw.astype(jnp.float32)
+        eps = apex_epsilons(slots, total_slots, config.apex_epsilon, config.apex_alpha)
+        explore_key, random_key = jax.random.split(key)
+        action = epsilon_greedy(q, eps, explore_key, random_key)
+        return action, chosen_q(q, action)
+
+    def greedy(raw: jax.Array) -> jax.Array:
+        return jnp.argmax(raw, axis=-1).astype(jnp.int32)
+
+    def priority(raw_next: jax.Array, step: Step) -> jax.Array:
+        """|r + γ(1 − terminated) max_a Q(s', a) − Q(s, a)| [N] under the actor's copy (`apex_priority`)."""
+        return apex_priority(step.reward, step.terminated, raw_next.astype(jnp.float32), step.extra, config.gamma)
+
+    return Acting(
+        network=network,
+        network_params=lambda policy_params: policy_params,
+        activation=config.activation,
+        explore=explore,
+        greedy=greedy,
+        to_env=lambda action: action,
+        priority=priority,
+    )
+
+
+def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
+    """DQN for the actor-learner runner on a host env `spec` (`sparqrl.envs.gym_env.HostSpec`: name,
+    observation_shape, action_space). The config and spec are checked here, on the host."""
+    config.validate(spec)
+    if len(tuple(spec.observation_shape)) != 1:
+        fail(
+            "env", spec.name,
+            f"dqn on the actor-learner runner needs flat observations (the actors' Q-network is a chain of "
+            f"Dense layers); env {spec.name} has observations of shape {tuple(spec.observation_shape)}",
+        )
+    num_envs = config.num_envs
+    network = _q_network(config, spec)
+    optimizer = make_optimizer(config)
+    gradient_step = make_gradient_step(config, network, optimizer)
+    grad_slots = config.max_gradient_steps_per_update
+    alpha, eps_p = config.priority_exponent, config.priority_epsilon
+
+    def init(key: jax.Array) -> LearnerState:
+        key, net_key = jax.random.split(key)
+        params = network.init(net_key, jnp.zeros(spec.observation_shape, jnp.float32))
+        return LearnerState(
+            params=params,
+            target_params=jax.tree.map(jnp.copy, params),  # its own buffers: `learn` may be donated
+            opt_state=optimizer.init(params),
+            buffer=prioritized.init(_example_transition(tuple(spec.observation_shape)), config.buffer_size),
+            key=key,
+            env_steps=jnp.zeros((), jnp.int32),
+            gradient_steps=jnp.zeros((), jnp.int32),
+        )
+
+    def replay_step(carry: _Carry, target_params: Any, key: jax.Array) -> _Carry:
+        buffer: replay.PrioritizedState = carry.buffer
+        if config.prioritized:
+            drawn = prioritized.sample(buffer, key, config.batch_size, config.importance_exponent)
+            batch, weights = drawn.items, drawn.importance_weights
+        else:
+            batch, weights = replay.sample(buffer.buffer, key, config.batch_size), None
+        params, opt_state, stats = gradient_step(carry.params, carry.opt_state, target_params, batch, weights)
+        if config.prioritized:  # new priorities |δ| + ε_p from the parameters that took the step
+            buffer = prioritized.update_priorities(buffer, drawn.slots, stats.td_abs + eps_p, alpha)
+        return _Carry(params, opt_state, buffer, _add_stats(carry.sums, stats, weights))
+
+    def learn(learner: LearnerState, step: Step) -> tuple[LearnerState, dict[str, jax.Array]]:
+        """Store one env step of N envs (`step`, leaves [N, ...]) and take the gradient steps it makes due."""
+        key, learn_key = jax.random.split(learner.key)
+        items = Transition(
+            obs=jnp.asarray(step.obs, jnp.float32),
+            action=jnp.asarray(step.action, jnp.int32),
+            reward=jnp.asarray(step.reward, jnp.float32),
+            next_obs=jnp.asarray(step.next_obs, jnp.float32),
+            terminated=jnp.asarray(step.terminated, jnp.bool_),
+        )
+        actor_priority = jnp.abs(jnp.asarray(step.priority, jnp.float32))
+        initial = actor_priority + eps_p if config.prioritized else jnp.ones_like(actor_priority)
+        buffer = prioritized.add(learner.buffer, items, initial, alpha)
+        env_steps_tm1, env_steps_t = learner.env_steps, learner.env_steps + num_envs
+
+        learning, num_grad = gradient_steps_due(config, env_steps_tm1, env_steps_t)
+        carry = _run_gradient_steps(
+            replay_step, _Carry(learner.params, learner.opt_state, buffer, _zero_sums()), learner.target_params,
+            num_grad, learn_key, grad_slots,
+        )
+        due = target_update_due(config, learning, env_steps_tm1, env_steps_t)
+        target_params = update_target(config, due, carry.params, learner.target_params)
+
+        metrics = {
+            **_means(carry.sums, num_grad),  # loss, q_mean, td_abs_mean (new |δ| of the replayed items)
+            "actor_priority_mean": jnp.mean(actor_priority),  # actors' initial |δ| of this row
+            "is_weight_min": carry.sums.weight_min,  # smallest normalised importance weight; 1 if none
+            "buffer_size": carry.buffer.size.astype(jnp.float32),
+            "gradient_steps": num_grad.astype(jnp.float32),  # taken in this call
+        }
+        new_learner = LearnerState(
+            params=carry.params,
+            target_params=target_params,
+            opt_state=carry.opt_state,
+            buffer=carry.buffer,
+            key=key,
+            env_steps=env_steps_t,
+            gradient_steps=learner.gradient_steps + num_grad,
+        )
+        return new_learner, metrics
+
+    def policy(learner: LearnerState) -> Any:
+        return learner.params
+
+    return ActorLearner(
+        init=init, learn=learn, policy=policy, acting=make_acting(config, spec), num_envs=num_envs,
+    )
