@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -40,6 +41,7 @@ def test_summary_and_logs(sparse_run):
     # the second request in flight, and versions never go back.
     assert summary["versions_published"] == 1 + 150 // 3 and summary["version_order_violations"] == 0
     assert 0 < summary["broadcast_bytes"] and summary["policy_lag_mean"] <= 3
+    assert summary["energy_kwh"] > 0 and summary["co2_kg"] > 0 and summary["energy_country"] == "USA"
     assert summary["sparse"] == "rlx2" and summary["actor_sparsity"] == pytest.approx(0.9, abs=2e-3)
     assert 0 < summary["size_ratio"] < 0.25 and summary["infer_flops_ratio"] == pytest.approx(0.1, abs=2e-3)
     assert json.loads((out / "summary.json").read_text()) == summary
@@ -94,3 +96,56 @@ def test_ctrl_c_saves_the_learner_where_it_stopped_and_resume_finishes(tmp_path)
     rows = list(csv.DictReader(metrics.open()))
     assert [int(r["chunk"]) for r in rows] == list(range(1, 31))
     assert int(rows[-1]["env_step"]) == 3000
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (from /proc's parent links)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ctrl_c_with_ray_actors_ends_every_process_the_run_started(tmp_path):
+    """Two Ray actors: SIGINT to the driver leaves a resumable checkpoint and no process behind (the local
+    Ray instance's processes and the actor workers)."""
+    out = tmp_path / "run"
+    sets = [f"--set={k}={v}" for k, v in {**SMALL, "total_timesteps": 40000, "hidden": "32,32"}.items()]
+    cmd = [sys.executable, "-m", "sparqrl.cli", "train", "td3", "--env", "gym:Pendulum-v1", "--out", str(out),
+           "--actors", "2", "--chunks", "400", "--checkpoint-every", "1000", "--eval-every", "0",
+           "--eval-episodes", "1", "--no-progress", *sets]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = out / "metrics.csv"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 3):
+        time.sleep(0.2)
+    started = _descendants(proc.pid)
+    assert len(started) >= 3, started  # Ray's own processes and two actor workers
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "--resume" in err and any((out / "checkpoint").iterdir())
+    deadline = time.time() + 30
+    while time.time() < deadline and any(_alive(pid) for pid in started):
+        time.sleep(0.2)
+    assert not [pid for pid in started if _alive(pid)]
+    assert json.loads((out / "config.json").read_text())["run"]["actors"] == 2

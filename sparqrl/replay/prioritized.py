@@ -97,7 +97,9 @@ def _check_priorities(priorities: Any, batch_size: int) -> None:
         )
 
 
-def add(state: PrioritizedState, batch: Any, priorities: jax.Array, priority_exponent: float | jax.Array) -> PrioritizedState:
+def add(
+    state: PrioritizedState, batch: Any, priorities: jax.Array, priority_exponent: float | jax.Array
+) -> PrioritizedState:
     """Write `batch` (leading [B]) in ring order with priorities p [B] (> 0), stored as p^α.
 
     The weights are written to exactly the slots `uniform.add` fills, so an overwritten item's

@@ -40,7 +40,7 @@ from sparqrl.runners.anakin import (
     RunConfig, RunInterrupted, StopRequests, _device_name, chunk_bounds, load_config, start_run_dir,
 )
 from sparqrl.runners.checkpoint import Checkpointer, abstract_like
-from sparqrl.telemetry import RunLogger, make_progress, plot_returns
+from sparqrl.telemetry import EnergyMeter, RunLogger, make_progress, plot_returns
 
 
 class Prepared:
@@ -95,6 +95,16 @@ def _learn_fragment(al: ActorLearner):
 
 
 def _run(p: Prepared, algo_name: str, run: RunConfig, out: Path, *, resuming: bool) -> dict:
+    """One session of a run (fresh or resumed), measured whole by an energy meter (codecarbon's machine
+    tracking: local Ray actors included) whose own start-up is left out of wall_time_s."""
+    meter = EnergyMeter(out, run.country, run.energy).start()
+    try:
+        return _session(p, algo_name, run, out, meter, resuming=resuming)
+    finally:
+        meter.stop()  # idempotent and never raises; the normal path has stopped it before the summary
+
+
+def _session(p: Prepared, algo_name: str, run: RunConfig, out: Path, meter: EnergyMeter, *, resuming: bool) -> dict:
     wall_start = time.perf_counter()
     al, seeds, num_envs, T = p.al, run.seeds, p.al.num_envs, run.fragment_steps
     bounds = chunk_bounds(p.fragments, run.chunks)
@@ -106,12 +116,13 @@ def _run(p: Prepared, algo_name: str, run: RunConfig, out: Path, *, resuming: bo
     # exactly where it stopped, which may be inside a chunk.
     checkpointer = Checkpointer(out / "checkpoint")
     done_chunks, updates_done = 0, 0
-    timer_names = ("wall_time_s", "compile_time_s", "actor_busy_s", "learner_s", "publish_s", "wait_s")
+    timer_names = ("wall_time_s", "compile_time_s", "startup_s", "actor_busy_s", "learner_s", "publish_s", "wait_s")
     prior = dict.fromkeys(timer_names, 0.0) | {"versions": 0, "restarts": 0}
     if resuming:
         learner, saved = checkpointer.restore(abstract_like(learner))
         done_chunks, updates_done = saved["chunks_done"], saved["updates_done"]
         prior = {k: saved[k] for k in prior}
+        meter.include_prior(saved)  # the earlier sessions' energy and CO2
     compile_time += prior["compile_time_s"]
     timers = {k: prior[k] for k in timer_names[2:]}
     counts = {"versions": prior["versions"], "lag_sum": 0.0, "fragments": 0, "order_violations": 0}
@@ -124,7 +135,7 @@ def _run(p: Prepared, algo_name: str, run: RunConfig, out: Path, *, resuming: bo
     def meta() -> dict:
         return {"chunks_done": done_chunks, "updates_done": updates_done, "wall_time_s": elapsed(),
                 "compile_time_s": compile_time, **timers, "versions": counts["versions"],
-                "restarts": prior["restarts"] + pool.restarts}
+                "restarts": prior["restarts"] + pool.restarts, **meter.totals()}
 
     def publish() -> Any:
         start = time.perf_counter()
@@ -143,6 +154,7 @@ def _run(p: Prepared, algo_name: str, run: RunConfig, out: Path, *, resuming: bo
 
     spec = ActorSpec(algo_name, p.config, run.env, seeds, run.actors, T, run.seed)
     stop = StopRequests()
+    pool_start = time.perf_counter()
     pool = make_pool(run.resolved_backend, spec, reseed=updates_done, address=run.ray_address)
     learn_fragment = _learn_fragment(al)
 
@@ -173,11 +185,14 @@ def _run(p: Prepared, algo_name: str, run: RunConfig, out: Path, *, resuming: bo
                     frag: Fragment = pool.next()
                     t1 = time.perf_counter()
                     if learn_c is None:  # compiled for the first fragment's shapes
+                        # Starting the actors (processes, Ray, their jitted programs) until the first
+                        # fragment arrives is set-up, like compilation: kept out of the steps/s rate.
+                        timers["startup_s"] += t1 - pool_start
                         shapes = jax.eval_shape(learn_fragment, learner, frag.steps)[1]
                         zero_sums = lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)  # noqa: E731
                         learn_c = learn.lower(learner, zero_sums(), frag.steps).compile()
                         compile_time += time.perf_counter() - t1
-                        t1 = time.perf_counter()
+                        t0 = t1 = time.perf_counter()
                     if sums is None:
                         sums = zero_sums()
                     learner, sums = learn_c(learner, sums, frag.steps)
@@ -230,6 +245,7 @@ def _run(p: Prepared, algo_name: str, run: RunConfig, out: Path, *, resuming: bo
     if eval_returns is None:  # resumed a run that had already finished
         eval_returns = evaluate(run.eval_episodes)
     wall = elapsed()
+    energy = meter.stop()
     final = eval_returns.mean(axis=1)
     steps = p.fragments * T * num_envs
     gradient_steps = int(np.asarray(learner.gradient_steps)[0])  # this session's and earlier ones
@@ -243,7 +259,7 @@ def _run(p: Prepared, algo_name: str, run: RunConfig, out: Path, *, resuming: bo
         "final_return_per_seed": [float(x) for x in final],
         "eval_episodes": run.eval_episodes,
         "wall_time_s": wall,
-        "env_steps_per_s": steps * seeds / max(wall - compile_time, 1e-9),
+        "env_steps_per_s": steps * seeds / max(wall - compile_time - timers["startup_s"], 1e-9),
         "compile_time_s": compile_time,
         "device": _device_name(),
         "runner": "sebulba",
@@ -253,6 +269,7 @@ def _run(p: Prepared, algo_name: str, run: RunConfig, out: Path, *, resuming: bo
         # env steps (all seeds) per second of one actor's busy time (acting + stepping, not waiting)
         "actor_steps_per_s": steps * seeds / max(timers["actor_busy_s"], 1e-9),
         "learner_updates_per_s": gradient_steps * seeds / max(timers["learner_s"], 1e-9),
+        "startup_s": timers["startup_s"],
         "learner_wait_s": timers["wait_s"],
         "publish_s": timers["publish_s"],
         "versions_published": counts["versions"],
@@ -260,6 +277,7 @@ def _run(p: Prepared, algo_name: str, run: RunConfig, out: Path, *, resuming: bo
         "policy_lag_mean": counts["lag_sum"] / max(counts["fragments"], 1),
         "version_order_violations": counts["order_violations"],
         "actor_restarts": prior["restarts"] + pool.restarts,
+        **energy,
         **al.summary,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

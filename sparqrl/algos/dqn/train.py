@@ -166,7 +166,9 @@ def gradient_steps_due(config: Config, env_steps_tm1: jax.Array, env_steps_t: ja
     return learning, jnp.where(learning, crossed, 0).astype(jnp.int32)
 
 
-def target_update_due(config: Config, learning: jax.Array, env_steps_tm1: jax.Array, env_steps_t: jax.Array) -> jax.Array:
+def target_update_due(
+    config: Config, learning: jax.Array, env_steps_tm1: jax.Array, env_steps_t: jax.Array
+) -> jax.Array:
     """bool []: a `target_update_interval` boundary was crossed in (env_steps_tm1, env_steps_t] while learning."""
     interval = config.target_update_interval
     return learning & (env_steps_t // interval > env_steps_tm1 // interval)
@@ -188,7 +190,9 @@ def make_gradient_step(
     """`step(params, opt_state, target_params, batch [B], weights [B] | None) -> (params, opt_state, stats)`:
     one Adam step on the (importance-weighted, when `weights` is given) squared TD error."""
 
-    def loss_fn(params: Any, target_params: Any, batch: Transition, weights: jax.Array | None) -> tuple[jax.Array, tuple]:
+    def loss_fn(
+        params: Any, target_params: Any, batch: Transition, weights: jax.Array | None
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         next_q_target = network.apply(target_params, batch.next_obs)
         next_q_online = network.apply(params, batch.next_obs) if config.double_dqn else next_q_target
         target = q_target(
@@ -201,7 +205,8 @@ def make_gradient_step(
     def step(
         params: Any, opt_state: optax.OptState, target_params: Any, batch: Transition, weights: jax.Array | None
     ) -> tuple[Any, optax.OptState, StepStats]:
-        (loss, (q_mean, td_abs)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, target_params, batch, weights)
+        value_and_grad = jax.value_and_grad(loss_fn, has_aux=True)
+        (loss, (q_mean, td_abs)), grads = value_and_grad(params, target_params, batch, weights)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, StepStats(loss, q_mean, td_abs)
 
@@ -231,7 +236,9 @@ def _run_gradient_steps(
 
     def maybe_step(carry: _Carry, slot_and_key: tuple[jax.Array, jax.Array]) -> tuple[_Carry, None]:
         slot, step_key = slot_and_key
-        carry = lockstep_cond(slot < num_grad, lambda op: replay_step(*op), lambda op: op[0], (carry, target_params, step_key))
+        carry = lockstep_cond(
+            slot < num_grad, lambda op: replay_step(*op), lambda op: op[0], (carry, target_params, step_key)
+        )
         return carry, None
 
     slots = (jnp.arange(max_steps), jax.random.split(key, max_steps))
@@ -433,7 +440,7 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
         else:
             batch, weights = replay.sample(buffer.buffer, key, config.batch_size), None
         params, opt_state, stats = gradient_step(carry.params, carry.opt_state, target_params, batch, weights)
-        if config.prioritized:  # new priorities |δ| + ε_p from the parameters that took the step
+        if config.prioritized:  # new priorities |δ| + ε_p, δ from this step's loss (before its update), as PER
             buffer = prioritized.update_priorities(buffer, drawn.slots, stats.td_abs + eps_p, alpha)
         return _Carry(params, opt_state, buffer, _add_stats(carry.sums, stats, weights))
 
