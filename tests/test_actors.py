@@ -96,12 +96,14 @@ def test_ray_killed_actor_is_replaced_versions_are_monotone_and_close_ends_every
             if version == 4:
                 os.kill(victim, signal.SIGKILL)
             frag = pool.next()
-            seen.setdefault((frag.actor_id, frag.incarnation), []).append(frag.version)
+            seen.setdefault((frag.actor_id, frag.incarnation), []).append((frag.sequence, frag.version))
             ref = pool.publish(copy(version))  # a new version after every update, put once
             pool.submit(frag.actor_id, ref)
         assert pool.restarts == 1 and pool.failures[0].actor_id == 0
-        for versions in seen.values():
-            assert versions == sorted(versions)
+        for made in seen.values():  # in the order each actor made its fragments
+            versions = [version for _, version in sorted(made)]
+            assert versions == sorted(versions), made
+            assert [sequence for sequence, _ in sorted(made)] == list(range(len(made)))  # none lost but the victim's
         pids = pool.pids()
         assert victim not in pids
     finally:

@@ -2,7 +2,7 @@
 
 The uniform ring buffer (`sparqrl.replay.uniform.BufferState`) plus one sampling weight per slot:
 
-    w_i = p_i^α            p_i > 0 the item's priority (Ape-X: |δ_i| + ε, `ape-x` §3.3), α the
+    w_i = p_i^α            p_i > 0 the item's priority (Ape-X: |δ_i| + ε; reference/actorq_distributed.md §3.3), α the
                            priority exponent; w_i = 0 on empty slots
     P(i) = w_i / Σ_j w_j   over the filled slots, sampled independently with replacement
     IS weight_i = (n · P(i))^−β / max_batch (n · P(j))^−β      n = filled slots, β the importance

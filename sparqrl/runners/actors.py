@@ -52,6 +52,7 @@ class Fragment(NamedTuple):
 
     actor_id: int  # 0 .. actors-1, the actor's place (a replacement keeps it)
     incarnation: int  # 0 for the first process in that place, +1 for each replacement
+    sequence: int  # this actor's fragments so far (0, 1, ...): the order it made them in
     version: int  # the PolicyCopy version every step of the fragment was acted with
     steps: Step  # leaves [T, seeds, num_envs, ...]
     episode_return: np.ndarray  # [T, seeds, num_envs], valid where episode_done
@@ -101,7 +102,7 @@ class Actor:
         self._priority = None
         if acting.priority is not None:  # over [T, seeds, ...]
             self._priority = jax.jit(jax.vmap(jax.vmap(acting.priority)))
-        self.version, self.forwards = -1, ()
+        self.version, self.env_steps, self.forwards, self.sequence = -1, 0, (), 0
 
     def _split(self, x: np.ndarray) -> np.ndarray:
         return x.reshape(self.shape + x.shape[1:])
@@ -115,16 +116,18 @@ class Actor:
         return os.getpid()
 
     def collect(self, copy: PolicyCopy) -> Fragment:
-        """T env steps of every environment with `copy` (loaded once per version)."""
+        """T env steps of every environment with the newest copy this actor holds: `copy` (loaded once per
+        version) unless it already acts with a newer one. So the versions of an actor's fragments never go
+        back, even if requests are delivered out of order."""
         start = time.perf_counter()
-        if copy.version != self.version:
+        if copy.version > self.version:
             self.forwards = tuple(quant.make_forward(stack) for stack in copy.stacks)
-            self.version = copy.version
+            self.version, self.env_steps = copy.version, copy.env_steps
         seeds, n = self.shape
         rows, returns, dones = [], [], []
         for t in range(self.spec.fragment_steps):
             # The run's env steps so far as this actor counts them: every actor steps as fast as it does.
-            env_steps = copy.env_steps + t * n * self.spec.actors
+            env_steps = self.env_steps + t * n * self.spec.actors
             env_action, action, extra, self.key = self._explore(self._forward(self.obs), self.key, env_steps)
             out = self.envs.step(np.asarray(env_action).reshape((seeds * n,) + env_action.shape[2:]))
             rows.append((self.obs, np.asarray(action), self._split(out.reward), self._split(out.final_obs),
@@ -140,8 +143,9 @@ class Actor:
             raw_next = self._forward(next_obs.swapaxes(0, 1).reshape((seeds, -1) + next_obs.shape[3:]))
             raw_next = raw_next.reshape((seeds, -1, n) + raw_next.shape[2:]).swapaxes(0, 1)
             steps = steps._replace(priority=np.asarray(self._priority(raw_next, steps), np.float32))
-        return Fragment(self.actor_id, self.incarnation, copy.version, steps, np.stack(returns), np.stack(dones),
-                        time.perf_counter() - start)
+        self.sequence += 1
+        return Fragment(self.actor_id, self.incarnation, self.sequence - 1, self.version, steps, np.stack(returns),
+                        np.stack(dones), time.perf_counter() - start)
 
     def close(self) -> None:
         self.envs.close()

@@ -166,7 +166,7 @@ def _session(p: Prepared, algo_name: str, run: RunConfig, out: Path, meter: Ener
     learn_c = None
     progress = make_progress(run.progress)
     eval_returns, saved_at = None, updates_done
-    last_version: dict[tuple[int, int], int] = {}
+    last_seen: dict[tuple[int, int], tuple[int, int]] = {}  # place -> (sequence, version) of its latest fragment
     session_start = (updates_done * T * num_envs, time.perf_counter())
     try:
         copy_ref = publish()
@@ -202,9 +202,12 @@ def _session(p: Prepared, algo_name: str, run: RunConfig, out: Path, meter: Ener
                     timers["learner_s"] += t2 - t1
                     timers["actor_busy_s"] += frag.busy_s
                     updates_done += 1
+                    # Versions must not go back within an actor, in the order it made its fragments
+                    # (which Ray may deliver out of order).
                     place = (frag.actor_id, frag.incarnation)
-                    counts["order_violations"] += int(frag.version < last_version.get(place, -1))
-                    last_version[place] = frag.version
+                    seq, version = last_seen.get(place, (-1, -1))
+                    counts["order_violations"] += int((frag.sequence - seq) * (frag.version - version) < 0)
+                    last_seen[place] = max((seq, version), (frag.sequence, frag.version))
                     counts["lag_sum"] += updates_done - 1 - frag.version
                     counts["fragments"] += 1
                     if updates_done % run.publish_every == 0:
@@ -277,6 +280,7 @@ def _session(p: Prepared, algo_name: str, run: RunConfig, out: Path, meter: Ener
         "policy_lag_mean": counts["lag_sum"] / max(counts["fragments"], 1),
         "version_order_violations": counts["order_violations"],
         "actor_restarts": prior["restarts"] + pool.restarts,
+        "actor_failures": [f"actor {f.actor_id} incarnation {f.incarnation}: {f.error}" for f in pool.failures[:10]],
         **energy,
         **al.summary,
     }
