@@ -121,3 +121,39 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as f:  # a zombie is dead
         return f.read().split()[2] != "Z"
+
+
+def test_ray_pool_joins_an_existing_cluster_and_leaves_it_running(tmp_path):
+    """`--ray-address`: the pool connects to a cluster it did not start, runs its actors there, and on
+    close ends only its own actors (the cluster stays up)."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    head = subprocess.Popen([ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+                             "--include-dashboard=false", "--disable-usage-stats"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        spec = make_spec(actors=1, fragment_steps=2)
+        deadline = time.time() + 120
+        while True:  # the head takes a few seconds to come up
+            try:
+                pool = RayPool(spec, address=f"127.0.0.1:{port}")
+                break
+            except Exception:
+                assert time.time() < deadline and head.poll() is None, "the Ray head did not start"
+                time.sleep(1.0)
+        try:
+            pool.submit(0, pool.publish(copies(spec)(0)))
+            frag = pool.next()
+            assert frag.version == 0 and frag.steps.obs.shape[:2] == (2, 1)
+        finally:
+            pool.close()
+        assert head.poll() is None  # the cluster we joined is still running
+    finally:
+        head.terminate()
+        head.wait(timeout=60)

@@ -155,7 +155,7 @@ def _session(p: Prepared, algo_name: str, run: RunConfig, out: Path, meter: Ener
     spec = ActorSpec(algo_name, p.config, run.env, seeds, run.actors, T, run.seed)
     stop = StopRequests()
     pool_start = time.perf_counter()
-    pool = make_pool(run.resolved_backend, spec, reseed=updates_done, address=run.ray_address)
+    pool = None
     learn_fragment = _learn_fragment(al)
 
     def learn(learner: Any, sums: dict, steps: Any) -> tuple[Any, dict]:
@@ -169,6 +169,7 @@ def _session(p: Prepared, algo_name: str, run: RunConfig, out: Path, meter: Ener
     last_seen: dict[tuple[int, int], tuple[int, int]] = {}  # place -> (sequence, version) of its latest fragment
     session_start = (updates_done * T * num_envs, time.perf_counter())
     try:
+        pool = make_pool(run.resolved_backend, spec, reseed=updates_done, address=run.ray_address)
         copy_ref = publish()
         for actor_id in range(run.actors):
             for _ in range(run.in_flight):
@@ -241,7 +242,8 @@ def _session(p: Prepared, algo_name: str, run: RunConfig, out: Path, meter: Ener
         ) from None
     finally:
         stop.close()
-        pool.close()
+        if pool is not None:
+            pool.close()
         logger.close()
         checkpointer.close()
 
