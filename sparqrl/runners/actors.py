@@ -216,8 +216,9 @@ class RayPool:
         self.started_ray = not ray.is_initialized()
         if self.started_ray and address:  # join a running cluster (its resources are its own)
             ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-        elif self.started_ray:  # a local instance for this run, with a CPU per actor even on fewer cores
-            ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+        elif self.started_ray:  # a new local instance for this run ("local": never join one found running),
+            # with a CPU per actor even on fewer cores
+            ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False,
                      num_cpus=max(os.cpu_count() or 1, spec.actors))
         self.remote_actor = ray.remote(num_cpus=1, max_restarts=0, runtime_env={"env_vars": ACTOR_ENV})(Actor)
         self.handles: list[Any] = [self._start(i, 0) for i in range(spec.actors)]

@@ -42,7 +42,6 @@ from sparqrl.algos.dqn.config import Config
 from sparqrl.algos.dqn.losses import apex_priority, chosen_q, q_target, td_loss, weighted_td_loss
 from sparqrl.config import fail
 from sparqrl.envs import Env, action_dim
-from sparqrl.lockstep import lockstep_cond
 from sparqrl.nets.modules import QNetwork
 from sparqrl.replay import prioritized
 
@@ -175,12 +174,14 @@ def target_update_due(
 
 
 def update_target(config: Config, due: jax.Array, params: Any, target_params: Any) -> Any:
-    """The target network after a possible update: hard copy (tau = 1) or Polyak average."""
-    return lockstep_cond(
-        due,
-        lambda p: optax.incremental_update(p[0], p[1], config.tau),
-        lambda p: p[1],
-        (params, target_params),
+    """The target network after a possible update: hard copy (tau = 1) or Polyak average.
+
+    Gated by a loop of `due` (0 or 1) iterations rather than a cond: vmapped over seeds, a cond whose
+    untaken branch returns the parameters copied them at every call (measured: ~15 ms per env step for a
+    3 x 2048 Q-network on CPU, vs ~0.1 ms with the loop, which runs zero times when no seed is due)."""
+    return jax.lax.fori_loop(
+        0, due.astype(jnp.int32), lambda _, target: optax.incremental_update(params, target, config.tau),
+        target_params,
     )
 
 
@@ -232,18 +233,10 @@ def _run_gradient_steps(
     max_steps: int,
 ) -> _Carry:
     """Take `num_grad` (<= max_steps, static) gradient steps: `replay_step(carry, target_params, key)`
-    in a scan over max_steps slots, the slots past num_grad skipped."""
-
-    def maybe_step(carry: _Carry, slot_and_key: tuple[jax.Array, jax.Array]) -> tuple[_Carry, None]:
-        slot, step_key = slot_and_key
-        carry = lockstep_cond(
-            slot < num_grad, lambda op: replay_step(*op), lambda op: op[0], (carry, target_params, step_key)
-        )
-        return carry, None
-
-    slots = (jnp.arange(max_steps), jax.random.split(key, max_steps))
-    carry, _ = jax.lax.scan(maybe_step, carry, slots)
-    return carry
+    with the i-th of `max_steps` keys split from `key`. A loop of num_grad iterations, not a scan of
+    gated slots: see `update_target` for what a cond costs here."""
+    keys = jax.random.split(key, max_steps)
+    return jax.lax.fori_loop(0, num_grad, lambda i, c: replay_step(c, target_params, keys[i]), carry)
 
 
 def _means(sums: _Sums, num_grad: jax.Array) -> dict[str, jax.Array]:

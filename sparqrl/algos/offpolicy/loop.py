@@ -17,8 +17,8 @@
    (delayed) n-step terms — one-step before `nstep_delay` gradient steps, n after — and hands them to
    the algorithm's `Agent.gradient_step`.
 
-Every gate is a `sparqrl.lockstep.lockstep_cond`: under vmap over seeds (whose counters move in
-lockstep) a skipped branch still costs nothing.
+Under vmap over seeds (whose counters move in lockstep) a skipped gate costs nothing: the dynamic-buffer
+check is a `sparqrl.lockstep.lockstep_cond`, the gradient steps a loop of as many iterations as are due.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from sparqrl import replay, returns, sparse
 from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, episode_metrics, forward
 from sparqrl.algos.offpolicy.config import TOPOLOGY, OffPolicyConfig
 from sparqrl.envs import Env, action_dim
-from sparqrl.lockstep import lockstep_cond
 from sparqrl.replay import dynamic, nstep
 
 StepMetrics = dict[str, tuple[jax.Array, jax.Array]]
@@ -283,15 +282,14 @@ def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> ActorLear
 
         num_grad = jnp.clip(env_steps_t - jnp.maximum(env_steps_tm1, start), 0, num_envs)
 
-        def maybe_step(carry: tuple, slot_and_key: tuple[jax.Array, jax.Array]) -> tuple[tuple, None]:
-            slot, slot_key = slot_and_key
-            carry = lockstep_cond(slot < num_grad, gradient_step, lambda op: op[0], (carry, buffer, slot_key))
-            return carry, None
-
+        # A loop of num_grad iterations (zero when none is due), not a scan of gated slots: vmapped over
+        # seeds, a cond whose untaken branch returns the networks copied them at every call (measured
+        # with DQN's 3 x 2048 network: ~15 ms per env step on CPU; `sparqrl.algos.dqn.train.update_target`).
         zeros = {k: jnp.zeros((), jnp.float32) for k in names}
-        slots = (jnp.arange(config.gradient_steps_per_update), jax.random.split(learn_key, config.gradient_steps_per_update))
-        (agent_state, gradient_steps, sums, weights), _ = jax.lax.scan(
-            maybe_step, (learner.agent, learner.gradient_steps, zeros, zeros), slots
+        keys = jax.random.split(learn_key, config.gradient_steps_per_update)
+        agent_state, gradient_steps, sums, weights = jax.lax.fori_loop(
+            0, num_grad, lambda i, carry: gradient_step((carry, buffer, keys[i])),
+            (learner.agent, learner.gradient_steps, zeros, zeros),
         )
         metrics = {
             **{k: sums[k] / jnp.maximum(weights[k], 1.0) for k in names},  # means over this update; 0 if none
