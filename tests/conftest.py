@@ -1,4 +1,11 @@
 import os
 
+import pytest
+
 # Tests run on the CPU, in float32, and must not grab all memory on a GPU machine.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+# Tests that start Ray run one after another in one xdist worker (`pytest -n 2 --dist loadgroup`): two Ray
+# instances at once on this 2-core machine (one of them a cluster started with `ray start`) made actor
+# start-ups fail.
+RAY_SERIAL = pytest.mark.xdist_group("ray")

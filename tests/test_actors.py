@@ -9,10 +9,11 @@ import time
 import jax
 import numpy as np
 import pytest
+from conftest import RAY_SERIAL
 
 from sparqrl.algos import td3
 from sparqrl.envs import host_spec
-from sparqrl.runners.actors import ActorSpec, InlinePool, RayPool, network_paths, quantized_copy
+from sparqrl.runners.actors import ActorSpec, InlinePool, RayPool, network_paths, quantized_copy, ray_session
 
 ENV = "gym:Pendulum-v1"
 SMALL = dict(total_timesteps=600, learning_starts=20, batch_size=32, hidden=(32, 32), num_envs=2)
@@ -76,12 +77,21 @@ def test_inline_actor_that_raises_is_replaced_and_the_run_goes_on():
         pool.close()
 
 
-def test_ray_killed_actor_is_replaced_versions_are_monotone_and_close_ends_every_process():
+@RAY_SERIAL
+def test_ray_killed_actor_is_replaced_versions_are_monotone_and_every_process_ends():
     """SIGKILL one actor process mid-run: the pool starts a new one in its place, loses at most that
-    actor's requests in flight, and every actor's fragments carry non-decreasing versions. Closing the
-    pool ends every process it started."""
+    actor's requests in flight, and every actor's fragments carry non-decreasing versions. Leaving the
+    run's Ray session ends every process it started."""
     spec = make_spec(actors=2, fragment_steps=2)
-    pool, copy = RayPool(spec), copies(spec)
+    with ray_session(None, spec.actors):
+        pids = _check_replacement_and_versions(RayPool(spec), copies(spec))
+    deadline = time.time() + 30  # leaving the session ended the local instance: every process it started
+    while time.time() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.2)
+    assert not [pid for pid in pids if _alive(pid)]
+
+
+def _check_replacement_and_versions(pool: RayPool, copy) -> list[int]:
     try:
         in_flight, seen = 2, {}
         ref = pool.publish(copy(0))
@@ -108,10 +118,7 @@ def test_ray_killed_actor_is_replaced_versions_are_monotone_and_close_ends_every
         assert victim not in pids
     finally:
         pool.close()
-    deadline = time.time() + 30
-    while time.time() < deadline and any(_alive(pid) for pid in pids):
-        time.sleep(0.2)
-    assert not [pid for pid in pids if _alive(pid)]
+    return pids
 
 
 def _alive(pid: int) -> bool:
@@ -123,6 +130,7 @@ def _alive(pid: int) -> bool:
         return f.read().split()[2] != "Z"
 
 
+@RAY_SERIAL
 def test_ray_pool_joins_an_existing_cluster_and_leaves_it_running(tmp_path):
     """`--ray-address`: the pool connects to a cluster it did not start, runs its actors there, and on
     close ends only its own actors (the cluster stays up)."""
@@ -143,18 +151,41 @@ def test_ray_pool_joins_an_existing_cluster_and_leaves_it_running(tmp_path):
         deadline = time.time() + 120
         while True:  # the head takes a few seconds to come up
             try:
-                pool = RayPool(spec, address=f"127.0.0.1:{port}")
+                session = ray_session(f"127.0.0.1:{port}", spec.actors)
+                session.__enter__()
                 break
             except ConnectionError:
                 assert time.time() < deadline and head.poll() is None, "the Ray head did not start"
                 time.sleep(1.0)
         try:
+            pool = RayPool(spec)
             pool.submit(0, pool.publish(copies(spec)(0)))
             frag = pool.next()
             assert frag.version == 0 and frag.steps.obs.shape[:2] == (2, 1)
-        finally:
             pool.close()
+        finally:
+            session.__exit__(None, None, None)
         assert head.poll() is None  # the cluster we joined is still running
     finally:
         head.terminate()
         head.wait(timeout=60)
+
+
+def test_an_actor_place_that_keeps_failing_stops_the_run_with_the_reason(monkeypatch):
+    """Replacement is for bad luck: a place whose every new actor fails too ends the run, saying why."""
+    import sparqrl.runners.actors as actors_module
+
+    class Broken(actors_module.Actor):
+        def collect(self, copy):
+            raise RuntimeError("no simulator license")
+
+    monkeypatch.setattr(actors_module, "Actor", Broken)
+    spec = make_spec(actors=1)
+    pool = InlinePool(spec)
+    try:
+        pool.submit(0, copies(spec)(0))
+        with pytest.warns(UserWarning), pytest.raises(RuntimeError, match="failed 6 times in a row.*no simulator"):
+            pool.next()
+        assert pool.restarts == 5
+    finally:
+        pool.close()

@@ -15,11 +15,12 @@ passes the same reference (never the arrays once per actor).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
 from collections import deque
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -154,10 +155,22 @@ class Actor:
 # ---- pools -----------------------------------------------------------------------------------------
 
 
+MAX_FAILURES_IN_A_ROW = 5
+"""A place whose actors fail this often without delivering data stops the run (a broken environment or
+cluster, not bad luck)."""
+
+
 class ActorFailure(NamedTuple):
     actor_id: int
     incarnation: int
     error: str
+
+
+def _count_failure(failing: list[int], actor_id: int, error: str) -> None:
+    failing[actor_id] += 1
+    if failing[actor_id] > MAX_FAILURES_IN_A_ROW:
+        raise RuntimeError(f"actor {actor_id} failed {failing[actor_id]} times in a row without delivering data; "
+                           f"last: {error}")
 
 
 class InlinePool:
@@ -172,6 +185,7 @@ class InlinePool:
         self.requests: deque[tuple[int, PolicyCopy]] = deque()
         self.restarts = 0
         self.failures: list[ActorFailure] = []
+        self.failing = [0] * spec.actors  # failures since the actor's place last delivered a fragment
 
     def publish(self, copy: PolicyCopy) -> PolicyCopy:
         return copy
@@ -183,14 +197,18 @@ class InlinePool:
         while True:
             actor_id, copy = self.requests.popleft()
             try:
-                return self.actors[actor_id].collect(copy)
+                fragment = self.actors[actor_id].collect(copy)
             except Exception as error:  # an environment or actor crash: replace the actor, go on
                 self._replace(actor_id, repr(error))
                 self.submit(actor_id, copy)
+                continue
+            self.failing[actor_id] = 0
+            return fragment
 
     def _replace(self, actor_id: int, error: str) -> None:
         old = self.actors[actor_id]
         self.failures.append(ActorFailure(actor_id, old.incarnation, error))
+        _count_failure(self.failing, actor_id, error)
         warnings.warn(f"actor {actor_id} (incarnation {old.incarnation}) failed and is replaced: {error}")
         try:
             old.close()
@@ -209,20 +227,16 @@ class RayPool:
 
     backend = "ray"
 
-    def __init__(self, spec: ActorSpec, reseed: int = 0, address: str | None = None):
+    def __init__(self, spec: ActorSpec, reseed: int = 0):
         import ray
 
         self.ray, self.spec, self.reseed = ray, spec, reseed
-        self.started_ray = not ray.is_initialized()
-        if self.started_ray and address:  # join a running cluster (its resources are its own)
-            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-        elif self.started_ray:  # a new local instance for this run ("local": never join one found running),
-            # with a CPU per actor even on fewer cores
-            ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-                     num_cpus=max(os.cpu_count() or 1, spec.actors))
+        if not ray.is_initialized():
+            raise RuntimeError("RayPool needs Ray started: use it inside `ray_session(...)`")
         self.remote_actor = ray.remote(num_cpus=1, max_restarts=0, runtime_env={"env_vars": ACTOR_ENV})(Actor)
         self.handles: list[Any] = [self._start(i, 0) for i in range(spec.actors)]
         self.incarnations = [0] * spec.actors
+        self.failing = [0] * spec.actors  # failures since the actor's place last delivered a fragment
         self.pending: dict[Any, tuple[int, Any]] = {}  # ObjectRef -> (actor_id, copy ref)
         self.restarts = 0
         self.failures: list[ActorFailure] = []
@@ -242,15 +256,19 @@ class RayPool:
             ready, _ = self.ray.wait(list(self.pending), num_returns=1)
             actor_id, copy_ref = self.pending.pop(ready[0])
             try:
-                return self.ray.get(ready[0])
-            except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as error:
+                fragment = self.ray.get(ready[0])
+            except self.ray.exceptions.RayError as error:  # died, raised, or never started
                 self._replace(actor_id, f"{type(error).__name__}: {str(error).splitlines()[0]}")
                 self.submit(actor_id, copy_ref)
+                continue
+            self.failing[actor_id] = 0
+            return fragment
 
     def _replace(self, actor_id: int, error: str) -> None:
         """Replace a dead actor; its other requests in flight are dropped (at most its unsent data)."""
         old = self.handles[actor_id]
         self.failures.append(ActorFailure(actor_id, self.incarnations[actor_id], error))
+        _count_failure(self.failing, actor_id, error)
         warnings.warn(f"actor {actor_id} (incarnation {self.incarnations[actor_id]}) died and is replaced: {error}")
         for ref, (owner, _) in list(self.pending.items()):
             if owner == actor_id:
@@ -264,20 +282,44 @@ class RayPool:
         return self.ray.get([h.pid.remote() for h in self.handles])
 
     def close(self) -> None:
-        """End every process this run started: our actors always, the local Ray instance if we made it."""
+        """End our actors (the Ray instance is `ray_session`'s)."""
         for handle in self.handles:
             try:
                 self.ray.kill(handle, no_restart=True)
             except Exception:
                 pass
         self.pending.clear()
-        if self.started_ray:
-            self.ray.shutdown()
 
 
-def make_pool(backend: str, spec: ActorSpec, reseed: int = 0, address: str | None = None) -> InlinePool | RayPool:
+@contextlib.contextmanager
+def ray_session(address: str | None, actors: int) -> Iterator[None]:
+    """Ray for one run: join the cluster at `address`, or start a new local instance (address "local":
+    never one found running) with a CPU per actor even on fewer cores; on exit, disconnect, which ends a
+    local instance and every process it started. Nothing if Ray is already running in this process.
+
+    Runners enter it first, before they start threads of their own (energy meter, logger, checkpointer,
+    XLA's compiler): Ray forks its processes here, and once a start of the local instance hung in fork
+    in a process that had many threads running."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    if address:
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    else:
+        ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+                 num_cpus=max(os.cpu_count() or 1, actors))
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def make_pool(backend: str, spec: ActorSpec, reseed: int = 0) -> InlinePool | RayPool:
+    """The actors of a run (a ray pool inside `ray_session`)."""
     if backend == "ray":
-        return RayPool(spec, reseed, address)
+        return RayPool(spec, reseed)
     return InlinePool(spec, reseed)
 
 

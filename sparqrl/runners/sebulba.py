@@ -22,6 +22,7 @@ counters); host simulators cannot be saved, so a resumed run's actors start fres
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -35,7 +36,7 @@ from sparqrl import config as cfg
 from sparqrl.algos import get_algorithm
 from sparqrl.algos.base import ActorLearner, forward
 from sparqrl.envs import evaluate_host, host_spec
-from sparqrl.runners.actors import ActorSpec, Fragment, make_pool, network_paths, quantized_copy
+from sparqrl.runners.actors import ActorSpec, Fragment, make_pool, network_paths, quantized_copy, ray_session
 from sparqrl.runners.anakin import (
     RunConfig, RunInterrupted, StopRequests, _device_name, chunk_bounds, load_config, start_run_dir,
 )
@@ -97,11 +98,13 @@ def _learn_fragment(al: ActorLearner):
 def _run(p: Prepared, algo_name: str, run: RunConfig, out: Path, *, resuming: bool) -> dict:
     """One session of a run (fresh or resumed), measured whole by an energy meter (codecarbon's machine
     tracking: local Ray actors included) whose own start-up is left out of wall_time_s."""
-    meter = EnergyMeter(out, run.country, run.energy).start()
-    try:
-        return _session(p, algo_name, run, out, meter, resuming=resuming)
-    finally:
-        meter.stop()  # idempotent and never raises; the normal path has stopped it before the summary
+    backend = run.resolved_backend
+    with ray_session(run.ray_address, run.actors) if backend == "ray" else contextlib.nullcontext():
+        meter = EnergyMeter(out, run.country, run.energy).start()
+        try:
+            return _session(p, algo_name, run, out, meter, resuming=resuming)
+        finally:
+            meter.stop()  # idempotent and never raises; the normal path has stopped it before the summary
 
 
 def _session(p: Prepared, algo_name: str, run: RunConfig, out: Path, meter: EnergyMeter, *, resuming: bool) -> dict:
@@ -169,7 +172,7 @@ def _session(p: Prepared, algo_name: str, run: RunConfig, out: Path, meter: Ener
     last_seen: dict[tuple[int, int], tuple[int, int]] = {}  # place -> (sequence, version) of its latest fragment
     session_start = (updates_done * T * num_envs, time.perf_counter())
     try:
-        pool = make_pool(run.resolved_backend, spec, reseed=updates_done, address=run.ray_address)
+        pool = make_pool(run.resolved_backend, spec, reseed=updates_done)
         copy_ref = publish()
         for actor_id in range(run.actors):
             for _ in range(run.in_flight):
