@@ -126,10 +126,11 @@ class Actor:
             self.version, self.env_steps = copy.version, copy.env_steps
         seeds, n = self.shape
         rows, returns, dones = [], [], []
-        for t in range(self.spec.fragment_steps):
-            # The run's env steps so far as this actor counts them: every actor steps as fast as it does.
-            env_steps = self.env_steps + t * n * self.spec.actors
-            env_action, action, extra, self.key = self._explore(self._forward(self.obs), self.key, env_steps)
+        for _ in range(self.spec.fragment_steps):
+            env_action, action, extra, self.key = self._explore(self._forward(self.obs), self.key, self.env_steps)
+            # The run's env steps so far as this actor counts them (the learner's count at the copy it
+            # loaded last, then every actor stepping as fast as this one): the warm-up clock.
+            self.env_steps += n * self.spec.actors
             out = self.envs.step(np.asarray(env_action).reshape((seeds * n,) + env_action.shape[2:]))
             rows.append((self.obs, np.asarray(action), self._split(out.reward), self._split(out.final_obs),
                          self._split(out.terminated), self._split(out.truncated), jax.device_get(extra)))
