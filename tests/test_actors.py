@@ -9,7 +9,7 @@ import time
 import jax
 import numpy as np
 import pytest
-from conftest import RAY_SERIAL
+from conftest import RAY_SERIAL, alive
 
 from sparqrl.algos import td3
 from sparqrl.envs import host_spec
@@ -86,9 +86,9 @@ def test_ray_killed_actor_is_replaced_versions_are_monotone_and_every_process_en
     with ray_session(None, spec.actors):
         pids = _check_replacement_and_versions(RayPool(spec), copies(spec))
     deadline = time.time() + 30  # leaving the session ended the local instance: every process it started
-    while time.time() < deadline and any(_alive(pid) for pid in pids):
+    while time.time() < deadline and any(alive(pid) for pid in pids):
         time.sleep(0.2)
-    assert not [pid for pid in pids if _alive(pid)]
+    assert not [pid for pid in pids if alive(pid)]
 
 
 def _check_replacement_and_versions(pool: RayPool, copy) -> list[int]:
@@ -119,15 +119,6 @@ def _check_replacement_and_versions(pool: RayPool, copy) -> list[int]:
     finally:
         pool.close()
     return pids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead
-        return f.read().split()[2] != "Z"
 
 
 @RAY_SERIAL

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import RAY_SERIAL
+from conftest import RAY_SERIAL, alive
 
 from sparqrl.algos import dqn, ppo, td3
 from sparqrl.config import ConfigError
@@ -118,14 +118,6 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @RAY_SERIAL
 def test_ctrl_c_with_ray_actors_ends_every_process_the_run_started(tmp_path):
     """Two Ray actors: SIGINT to the driver leaves a resumable checkpoint and no process behind (the local
@@ -147,9 +139,9 @@ def test_ctrl_c_with_ray_actors_ends_every_process_the_run_started(tmp_path):
     assert proc.returncode == 130, err[-2000:]
     assert "--resume" in err and any((out / "checkpoint").iterdir())
     deadline = time.time() + 30
-    while time.time() < deadline and any(_alive(pid) for pid in started):
+    while time.time() < deadline and any(alive(pid) for pid in started):
         time.sleep(0.2)
-    assert not [pid for pid in started if _alive(pid)]
+    assert not [pid for pid in started if alive(pid)]
     assert json.loads((out / "config.json").read_text())["run"]["actors"] == 2
 
 
