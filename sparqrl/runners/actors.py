@@ -238,7 +238,7 @@ class RayPool:
         self.handles: list[Any] = [self._start(i, 0) for i in range(spec.actors)]
         self.incarnations = [0] * spec.actors
         self.failing = [0] * spec.actors  # failures since the actor's place last delivered a fragment
-        self.pending: dict[Any, tuple[int, Any]] = {}  # ObjectRef -> (actor_id, copy ref)
+        self.pending: dict[Any, tuple[int, int, Any]] = {}  # ObjectRef -> (actor_id, incarnation, copy ref)
         self.restarts = 0
         self.failures: list[ActorFailure] = []
 
@@ -250,30 +250,34 @@ class RayPool:
         return self.ray.put(copy)
 
     def submit(self, actor_id: int, copy_ref: Any) -> None:
-        self.pending[self.handles[actor_id].collect.remote(copy_ref)] = (actor_id, copy_ref)
+        handle = self.handles[actor_id]
+        self.pending[handle.collect.remote(copy_ref)] = (actor_id, self.incarnations[actor_id], copy_ref)
 
     def next(self) -> Fragment:
+        """The next fragment any actor has finished. A fragment a dead actor finished before it died is
+        still returned (its result belongs to this process, not to the actor); a request it had not
+        finished fails, and is submitted again to the actor's replacement, so every place keeps its number
+        of requests in flight."""
         while True:
             ready, _ = self.ray.wait(list(self.pending), num_returns=1)
-            actor_id, copy_ref = self.pending.pop(ready[0])
+            actor_id, incarnation, copy_ref = self.pending.pop(ready[0])
             try:
                 fragment = self.ray.get(ready[0])
             except self.ray.exceptions.RayError as error:  # died, raised, or never started
-                self._replace(actor_id, f"{type(error).__name__}: {str(error).splitlines()[0]}")
+                if incarnation == self.incarnations[actor_id]:  # not yet replaced
+                    self._replace(actor_id, f"{type(error).__name__}: {str(error).splitlines()[0]}")
                 self.submit(actor_id, copy_ref)
                 continue
-            self.failing[actor_id] = 0
+            if incarnation == self.incarnations[actor_id]:
+                self.failing[actor_id] = 0
             return fragment
 
     def _replace(self, actor_id: int, error: str) -> None:
-        """Replace a dead actor; its other requests in flight are dropped (at most its unsent data)."""
+        """Replace a dead actor by a new process in its place (a new incarnation)."""
         old = self.handles[actor_id]
         self.failures.append(ActorFailure(actor_id, self.incarnations[actor_id], error))
         _count_failure(self.failing, actor_id, error)
         warnings.warn(f"actor {actor_id} (incarnation {self.incarnations[actor_id]}) died and is replaced: {error}")
-        for ref, (owner, _) in list(self.pending.items()):
-            if owner == actor_id:
-                del self.pending[ref]
         self.ray.kill(old, no_restart=True)
         self.incarnations[actor_id] += 1
         self.handles[actor_id] = self._start(actor_id, self.incarnations[actor_id])
