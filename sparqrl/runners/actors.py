@@ -128,12 +128,13 @@ class Actor:
         rows, returns, dones = [], [], []
         for _ in range(self.spec.fragment_steps):
             env_action, action, extra, self.key = self._explore(self._forward(self.obs), self.key, self.env_steps)
+            env_action, action, extra = jax.device_get((env_action, action, extra))  # one transfer, not three
             # The run's env steps so far as this actor counts them (the learner's count at the copy it
             # loaded last, then every actor stepping as fast as this one): the warm-up clock.
             self.env_steps += n * self.spec.actors
-            out = self.envs.step(np.asarray(env_action).reshape((seeds * n,) + env_action.shape[2:]))
-            rows.append((self.obs, np.asarray(action), self._split(out.reward), self._split(out.final_obs),
-                         self._split(out.terminated), self._split(out.truncated), jax.device_get(extra)))
+            out = self.envs.step(env_action.reshape((seeds * n,) + env_action.shape[2:]))
+            rows.append((self.obs, action, self._split(out.reward), self._split(out.final_obs),
+                         self._split(out.terminated), self._split(out.truncated), extra))
             returns.append(self._split(out.episode_return))
             dones.append(self._split(out.episode_done))
             self.obs = self._split(out.obs)
