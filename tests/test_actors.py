@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -125,9 +126,9 @@ def _check_replacement_and_versions(pool: RayPool, copy) -> list[int]:
 
 
 @RAY_SERIAL
-def test_ray_pool_joins_an_existing_cluster_and_leaves_it_running(tmp_path):
-    """`--ray-address`: the pool connects to a cluster it did not start, runs its actors there, and on
-    close ends only its own actors (the cluster stays up)."""
+def test_a_run_joins_an_existing_cluster_and_leaves_it_running(tmp_path):
+    """`--ray-address`: a run (the CLI, in its own process, as users join clusters) connects to a cluster
+    it did not start, runs its actors there, and on exit ends only its own actors: the cluster stays up."""
     import socket
     import subprocess
     import sys
@@ -135,34 +136,41 @@ def test_ray_pool_joins_an_existing_cluster_and_leaves_it_running(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
-    head = subprocess.Popen([ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
-                             "--include-dashboard=false", "--disable-usage-stats"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    bin_dir = os.path.dirname(sys.executable)
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    head = subprocess.Popen([os.path.join(bin_dir, "ray"), "start", "--head", "--block", f"--port={port}",
+                             "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
-        spec = make_spec(actors=1, fragment_steps=2)
-        deadline = time.time() + 120
-        while True:  # the head takes a few seconds to come up
-            try:
-                session = ray_session(f"127.0.0.1:{port}", spec.actors)
-                session.__enter__()
+        out = tmp_path / "run"
+        cmd = [os.path.join(bin_dir, "sparqrl"), "train", "td3", "--env", ENV, "--steps", "600", "--out", str(out),
+               "--set", "learning_starts=20", "--set", "batch_size=32", "--set", "hidden=32,32", "--set",
+               "num_envs=2", "--chunks", "2", "--eval-episodes", "1", "--no-progress", "--no-energy",
+               "--actors", "1", "--backend", "ray", "--ray-address", f"127.0.0.1:{port}", "--actor-precision", "int8"]
+        deadline = time.time() + 180
+        while True:  # the head takes a few seconds to come up; until then the run cannot connect
+            done = subprocess.run(cmd + ["--overwrite"], capture_output=True, text=True, env=env)
+            if done.returncode == 0 or time.time() > deadline or head.poll() is not None:
                 break
-            except ConnectionError:
-                assert time.time() < deadline and head.poll() is None, "the Ray head did not start"
-                time.sleep(1.0)
-        try:
-            pool = RayPool(spec)
-            pool.submit(0, pool.publish(copies(spec)(0)))
-            frag = pool.next()
-            assert frag.version == 0 and frag.steps.obs.shape[:2] == (2, 1)
-            pool.close()
-        finally:
-            session.__exit__(None, None, None)
+            time.sleep(2.0)
+        assert done.returncode == 0, done.stderr[-3000:]
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["backend"] == "ray" and summary["actor_restarts"] == 0 and summary["steps"] == 600
         assert head.poll() is None  # the cluster we joined is still running
     finally:
         head.terminate()
         head.wait(timeout=60)
+
+
+@RAY_SERIAL
+def test_joining_a_cluster_after_a_local_instance_in_the_same_process_is_a_clear_error():
+    """Ray 2.60 cannot create actors on a cluster joined after a local instance ran in the same process
+    (each dies before it starts): say so up front instead of failing actor after actor."""
+    with ray_session(None, 1):
+        pass
+    with pytest.raises(RuntimeError, match="ray_address='127.0.0.1:1'.*new process"):
+        with ray_session("127.0.0.1:1", 1):
+            pass
 
 
 def test_an_actor_place_that_keeps_failing_stops_the_run_with_the_reason(monkeypatch):

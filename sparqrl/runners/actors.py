@@ -297,6 +297,9 @@ class RayPool:
         self.pending.clear()
 
 
+_local_instance_ran = False  # see ray_session
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None, actors: int) -> Iterator[None]:
     """Ray for one run: join the cluster at `address`, or start a new local instance (address "local":
@@ -308,14 +311,21 @@ def ray_session(address: str | None, actors: int) -> Iterator[None]:
     in a process that had many threads running."""
     import ray
 
+    global _local_instance_ran
     if ray.is_initialized():
         yield
         return
     if address:
+        if _local_instance_ran:
+            raise RuntimeError(
+                f"ray_address={address!r}: this Python process already ran a local Ray instance, and Ray (2.60) "
+                "then fails to create actors on a cluster it joins (each dies before it starts); join the "
+                "cluster from a new process, e.g. `sparqrl train ... --ray-address ADDRESS`")
         ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     else:
         ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False,
                  num_cpus=max(os.cpu_count() or 1, actors))
+        _local_instance_ran = True
     try:
         yield
     finally:
