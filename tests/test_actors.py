@@ -81,8 +81,8 @@ def test_inline_actor_that_raises_is_replaced_and_the_run_goes_on():
 @RAY_SERIAL
 def test_ray_killed_actor_is_replaced_versions_are_monotone_and_every_process_ends():
     """SIGKILL one actor process mid-run: the pool starts a new one in its place, loses at most the
-    fragments that actor had not finished (those it finished are still delivered), and every actor's fragments carry non-decreasing versions. Leaving the
-    run's Ray session ends every process it started."""
+    fragments that actor had not finished (those it finished are still delivered), and every actor's
+    fragments carry non-decreasing versions. Leaving the run's Ray session ends every process it started."""
     spec = make_spec(actors=2, fragment_steps=2)
     with ray_session(None, spec.actors):
         pids = _check_replacement_and_versions(RayPool(spec), copies(spec))
