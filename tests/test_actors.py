@@ -103,7 +103,7 @@ def _check_replacement_and_versions(pool: RayPool, copy) -> list[int]:
         version, deadline = 0, time.time() + 180  # a replacement starts a process, imports JAX, compiles
         while (0, 1) not in seen or len(seen[0, 1]) < 3:  # until the replacement has delivered data
             version += 1
-            assert time.time() < deadline, {k: v[-5:] for k, v in seen.items()}
+            assert time.time() < deadline, ({k: v[-5:] for k, v in seen.items()}, pool.failures, len(pool.pending))
             if version == 4:
                 os.kill(victim, signal.SIGKILL)
             frag = pool.next()
