@@ -38,10 +38,10 @@ def algo_config(args: argparse.Namespace) -> object:
 
 
 def one_run(args: argparse.Namespace, precision: str, actors: int, out: Path) -> dict:
-    run = RunConfig(env=args.env, seed=args.seed, seeds=args.seeds, out=str(out), overwrite=True, chunks=args.chunks, eval_every=1,
-                    eval_episodes=args.eval_episodes, checkpoint_every=10**6, progress=False, actors=actors,
-                    actor_precision=precision, backend=args.backend, fragment_steps=args.fragment_steps,
-                    publish_every=args.publish_every)
+    run = RunConfig(env=args.env, seed=args.seed, seeds=args.seeds, out=str(out), overwrite=True,
+                    chunks=args.chunks, eval_every=1, eval_episodes=args.eval_episodes, checkpoint_every=10**6,
+                    progress=False, actors=actors, actor_precision=precision, backend=args.backend,
+                    fragment_steps=args.fragment_steps, publish_every=args.publish_every)
     summary = train(args.algo, algo_config(args), run)
     rows = list(csv.DictReader((out / "metrics.csv").open()))
     by_chunk: dict[int, list[dict]] = {}

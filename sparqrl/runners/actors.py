@@ -168,26 +168,37 @@ class ActorFailure(NamedTuple):
     error: str
 
 
-def _count_failure(failing: list[int], actor_id: int, error: str) -> None:
-    failing[actor_id] += 1
-    if failing[actor_id] > MAX_FAILURES_IN_A_ROW:
-        raise RuntimeError(f"actor {actor_id} failed {failing[actor_id]} times in a row without delivering data; "
-                           f"last: {error}")
+class _Replacements:
+    """What both pools keep about replacing failed actors: every failure, the replacements made, and per
+    place the failures since it last delivered a fragment (too many in a row stop the run)."""
+
+    def __init__(self, actors: int):
+        self.restarts = 0
+        self.failures: list[ActorFailure] = []
+        self.failing = [0] * actors
+
+    def _failed(self, actor_id: int, incarnation: int, error: str) -> None:
+        """Record a failure of the actor in place `actor_id`, which the caller then replaces."""
+        self.failures.append(ActorFailure(actor_id, incarnation, error))
+        self.failing[actor_id] += 1
+        if self.failing[actor_id] > MAX_FAILURES_IN_A_ROW:
+            raise RuntimeError(f"actor {actor_id} failed {self.failing[actor_id]} times in a row without "
+                               f"delivering data; last: {error}")
+        warnings.warn(f"actor {actor_id} (incarnation {incarnation}) failed and is replaced: {error}")
+        self.restarts += 1
 
 
-class InlinePool:
+class InlinePool(_Replacements):
     """All actors in this process, run one request at a time in submission order (for debugging, tests
     and deterministic runs)."""
 
     backend = "inline"
 
     def __init__(self, spec: ActorSpec, reseed: int = 0):
+        super().__init__(spec.actors)
         self.spec, self.reseed = spec, reseed
         self.actors = [Actor(spec, i, 0, reseed) for i in range(spec.actors)]
         self.requests: deque[tuple[int, PolicyCopy]] = deque()
-        self.restarts = 0
-        self.failures: list[ActorFailure] = []
-        self.failing = [0] * spec.actors  # failures since the actor's place last delivered a fragment
 
     def publish(self, copy: PolicyCopy) -> PolicyCopy:
         return copy
@@ -209,22 +220,19 @@ class InlinePool:
 
     def _replace(self, actor_id: int, error: str) -> None:
         old = self.actors[actor_id]
-        self.failures.append(ActorFailure(actor_id, old.incarnation, error))
-        _count_failure(self.failing, actor_id, error)
-        warnings.warn(f"actor {actor_id} (incarnation {old.incarnation}) failed and is replaced: {error}")
+        self._failed(actor_id, old.incarnation, error)
         try:
             old.close()
         except Exception:
             pass
         self.actors[actor_id] = Actor(self.spec, actor_id, old.incarnation + 1, self.reseed)
-        self.restarts += 1
 
     def close(self) -> None:
         for actor in self.actors:
             actor.close()
 
 
-class RayPool:
+class RayPool(_Replacements):
     """Each actor a Ray actor process (1 CPU, 1 thread); requests in flight tracked by ObjectRef."""
 
     backend = "ray"
@@ -232,16 +240,14 @@ class RayPool:
     def __init__(self, spec: ActorSpec, reseed: int = 0):
         import ray
 
+        super().__init__(spec.actors)
         self.ray, self.spec, self.reseed = ray, spec, reseed
         if not ray.is_initialized():
             raise RuntimeError("RayPool needs Ray started: use it inside `ray_session(...)`")
         self.remote_actor = ray.remote(num_cpus=1, max_restarts=0, runtime_env={"env_vars": ACTOR_ENV})(Actor)
         self.handles: list[Any] = [self._start(i, 0) for i in range(spec.actors)]
         self.incarnations = [0] * spec.actors
-        self.failing = [0] * spec.actors  # failures since the actor's place last delivered a fragment
         self.pending: dict[Any, tuple[int, int, Any]] = {}  # ObjectRef -> (actor_id, incarnation, copy ref)
-        self.restarts = 0
-        self.failures: list[ActorFailure] = []
 
     def _start(self, actor_id: int, incarnation: int) -> Any:
         return self.remote_actor.remote(self.spec, actor_id, incarnation, self.reseed)
@@ -275,14 +281,10 @@ class RayPool:
 
     def _replace(self, actor_id: int, error: str) -> None:
         """Replace a dead actor by a new process in its place (a new incarnation)."""
-        old = self.handles[actor_id]
-        self.failures.append(ActorFailure(actor_id, self.incarnations[actor_id], error))
-        _count_failure(self.failing, actor_id, error)
-        warnings.warn(f"actor {actor_id} (incarnation {self.incarnations[actor_id]}) died and is replaced: {error}")
-        self.ray.kill(old, no_restart=True)
+        self._failed(actor_id, self.incarnations[actor_id], error)
+        self.ray.kill(self.handles[actor_id], no_restart=True)
         self.incarnations[actor_id] += 1
         self.handles[actor_id] = self._start(actor_id, self.incarnations[actor_id])
-        self.restarts += 1
 
     def pids(self) -> list[int]:
         return self.ray.get([h.pid.remote() for h in self.handles])
