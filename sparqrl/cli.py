@@ -6,10 +6,13 @@ dataclasses and the docstrings under their fields, so the help can never drift f
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import sys
-from typing import Annotated, Generic, Sequence, TypeVar
+from pathlib import Path
+from typing import Annotated, Any, Generic, Sequence, TypeVar
 
 import tyro
 
@@ -23,7 +26,8 @@ USAGE = f"""usage: sparqrl COMMAND ...
 commands:
   train ALGO [options]    train an agent; ALGO is one of: {', '.join(ALGORITHMS)}
                           (`sparqrl train ALGO --help` documents every option and config field)
-  train --resume DIR      continue an interrupted run from its last checkpoint
+  train --resume DIR      continue an interrupted run from its newest intact checkpoint (flags, if
+                          given, must agree with the saved run; a finished run is left as it is)
   eval DIR [--episodes N] [--seed S]
                           evaluate the saved policy of a run (deterministic episodes per seed)
 """
@@ -41,7 +45,7 @@ class TrainArgs(Generic[C]):
     """Override any field: --set key=value (repeatable); config fields and run fields alike."""
 
 
-from sparqrl.runners.anakin import RunConfig  # noqa: E402  (after TrainArgs for the forward reference)
+from sparqrl.runners.run_config import RunConfig  # noqa: E402  (after TrainArgs for the forward reference)
 
 
 def apply_overrides(run: RunConfig, config, steps: int | None, items: Sequence[str]):
@@ -63,24 +67,83 @@ def apply_overrides(run: RunConfig, config, steps: int | None, items: Sequence[s
     return run, config
 
 
+def _parse(algo_name: str, argv: list[str], run: RunConfig, config: Any) -> tuple[RunConfig, Any]:
+    """The run and algorithm configs `argv` gives, over the defaults `run` and `config`."""
+    module = get_algorithm(algo_name)
+    args = _quiet_tyro(TrainArgs[module.Config], argv, f"sparqrl train {algo_name}", TrainArgs(run=run, config=config))
+    return apply_overrides(args.run, args.config, args.steps, args.set)
+
+
+def _quiet_tyro(cls: Any, argv: list[str], prog: str, default: Any) -> Any:
+    """tyro.cli, with its boxed multi-line error turned into our one-line `ConfigError` (help passes)."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return tyro.cli(cls, args=argv, prog=prog, default=default)
+    except SystemExit as exit_:
+        if exit_.code in (0, None):
+            sys.stderr.write(captured.getvalue())
+            raise
+        raise cfg.ConfigError(_first_paragraph(captured.getvalue()) + f" (see {prog} --help)") from None
+
+
+def _first_paragraph(boxed: str) -> str:
+    """The message inside tyro's error box: its title and first paragraph, on one line."""
+    lines = [line.strip(" │╭╮╰╯─") for line in boxed.splitlines()]
+    words: list[str] = []
+    for line in lines[1:]:
+        if not line or line.startswith("Got errors") or "──" in line:
+            if words:
+                break
+            continue
+        words.append(line)
+    title = lines[0].strip() if lines else "bad arguments"
+    return " ".join(words) if words else title or "bad arguments"
+
+
 def _train(argv: list[str]) -> int:
     from sparqrl import runners
 
     if "--resume" in argv:
-        i = argv.index("--resume")
-        cfg.require(i + 1 < len(argv), "--resume", "", "needs the output directory of a run")
-        summary = runners.resume(argv[i + 1])
+        summary = _resume(argv)
     else:
         cfg.require(bool(argv) and not argv[0].startswith("-"), "ALGO", argv[0] if argv else "",
                     f"must be one of {', '.join(ALGORITHMS)}")
         algo_name, rest = argv[0], argv[1:]
         module = get_algorithm(algo_name)
-        default = TrainArgs(run=RunConfig(), config=module.Config())
-        args = tyro.cli(TrainArgs[module.Config], args=rest, prog=f"sparqrl train {algo_name}", default=default)
-        run, config = apply_overrides(args.run, args.config, args.steps, args.set)
+        run, config = _parse(algo_name, rest, RunConfig(), module.Config())
         summary = runners.train(algo_name, config, run)
     print(json.dumps(summary, indent=2))
     return 0
+
+
+# Run fields a resumed run may change: they only change what is shown, never what is computed.
+RESUME_MAY_CHANGE = ("progress",)
+
+
+def _resume(argv: list[str]) -> dict:
+    """`sparqrl train [ALGO] --resume DIR [flags]`: every flag must agree with the saved run."""
+    from sparqrl import runners
+    from sparqrl.runners.rundir import open_run_dir
+
+    i = argv.index("--resume")
+    cfg.require(i + 1 < len(argv) and not argv[i + 1].startswith("-"), "--resume", "", "needs the output folder of a run")
+    out, rest = argv[i + 1], argv[:i] + argv[i + 2:]
+    _, algo_name, config, run = open_run_dir(out)
+    if rest and not rest[0].startswith("-"):
+        cfg.require(rest[0] == algo_name, "ALGO", rest[0], f"contradicts the run in {out}, which trains {algo_name}")
+        rest = rest[1:]
+    if not rest:
+        return runners.resume(out)
+    new_run, new_config = _parse(algo_name, rest, run, config)
+    same_out = Path(new_run.out).resolve() == Path(run.out).resolve() or Path(new_run.out).resolve() == Path(out).resolve()
+    changed = [f"{f.name}={getattr(new, f.name)!r} (saved: {getattr(old, f.name)!r})"
+               for old, new in ((run, new_run), (config, new_config)) for f in dataclasses.fields(old)
+               if getattr(old, f.name) != getattr(new, f.name) and f.name not in RESUME_MAY_CHANGE
+               and not (f.name == "out" and same_out)]
+    cfg.require(not changed, "--resume", out, "continues the run with its saved settings; these flags contradict "
+                f"them: {', '.join(changed)} (start a new run with --out for other settings)")
+    return runners.resume(out, progress=new_run.progress)
 
 
 def _eval(argv: list[str]) -> int:
@@ -106,15 +169,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[0] not in commands:
         print(f"sparqrl: error: unknown command {argv[0]!r}; use one of: {', '.join(commands)}", file=sys.stderr)
         return 2
-    from sparqrl.runners import RunInterrupted
+    from sparqrl.runners import RunFailed, RunInterrupted
 
     try:
         return commands[argv[0]](argv[1:])
     except cfg.ConfigError as error:
         print(f"sparqrl: error: {error}", file=sys.stderr)
         return 2
-    except RunInterrupted as stop:
-        print(f"sparqrl: {stop}", file=sys.stderr)
+    except RunFailed as error:
+        print(f"sparqrl: error: {error}", file=sys.stderr)
+        return 1
+    except (RunInterrupted, KeyboardInterrupt) as stop:
+        print(f"sparqrl: {stop or 'interrupted before the run started; nothing was written'}", file=sys.stderr)
         return 130
 
 

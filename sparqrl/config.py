@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import typing
 from typing import Any, Mapping, TypeVar
 
@@ -39,6 +40,25 @@ def in_unit_interval(field: str, value: float, *, closed_right: bool = True) -> 
         require(0.0 <= value <= 1.0, field, value, "must be in [0, 1]")
     else:
         require(0.0 <= value < 1.0, field, value, "must be in [0, 1)")
+
+
+INT32_MAX = 2**31 - 1
+
+
+def check_numbers(config: Any) -> None:
+    """Every int (and tuple of ints) of a config dataclass fits the int32 the compiled program holds it
+    in, and every float is finite: checked before any folder is written, so `--steps 1e20` or
+    `--set lr=inf` is a one-line error instead of an overflow or a run of NaNs."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, bool):
+                continue
+            if isinstance(item, int):
+                require(-INT32_MAX <= item <= INT32_MAX, f.name, value,
+                        f"must fit a 32-bit integer (|value| <= {INT32_MAX:,})")
+            elif isinstance(item, float):
+                require(math.isfinite(item), f.name, value, "must be a finite number")
 
 
 def one_of(field: str, value: Any, choices: typing.Iterable[Any]) -> None:

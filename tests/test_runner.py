@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import subprocess
@@ -58,13 +59,29 @@ def test_run_leaves_everything_behind(tmp_path):
     assert again["return_per_seed"] == saved["final_return_per_seed"]
 
 
-def test_existing_output_is_not_overwritten(tmp_path):
+def test_overwrite_replaces_only_a_run_and_only_its_files(tmp_path):
+    """A user's folder is never replaced, even with --overwrite; a run is replaced only with it, and only
+    the files the run wrote go (a file the user put beside them stays)."""
+    users = tmp_path / "thesis"
+    users.mkdir()
+    (users / "thesis.txt").write_text("important")
+    for overwrite in (False, True):
+        with pytest.raises(ConfigError, match="not a sparqrl run"):
+            train("ppo", SMALL["ppo"], small_run(users, overwrite=overwrite))
+    assert [p.name for p in users.iterdir()] == ["thesis.txt"]
+
     out = tmp_path / "run"
-    out.mkdir()
-    (out / "summary.json").write_text("precious")
+    train("ppo", SMALL["ppo"], small_run(out, chunks=2, eval_every=0))
+    (out / "notes.txt").write_text("mine")
+    before = {p.name for p in out.iterdir()}
     with pytest.raises(ConfigError, match="out=.*--overwrite"):
-        train("ppo", SMALL["ppo"], small_run(out))
-    assert (out / "summary.json").read_text() == "precious"
+        train("ppo", SMALL["ppo"], small_run(out, chunks=2))
+    with pytest.raises(ConfigError, match="lr"):  # a bad new run deletes nothing
+        train("ppo", dataclasses.replace(SMALL["ppo"], lr=-1.0), small_run(out, chunks=2, overwrite=True))
+    assert {p.name for p in out.iterdir()} == before
+    train("ppo", SMALL["ppo"], small_run(out, chunks=3, eval_every=0, overwrite=True))
+    assert (out / "notes.txt").read_text() == "mine"
+    assert json.loads((out / "config.json").read_text())["run"]["chunks"] == 3
 
 
 def _interrupt_at(chunk):

@@ -1,16 +1,19 @@
 """Runners drive algorithms: `anakin` runs everything on device in jitted chunks (gymnax, brax:NAME);
-`sebulba` runs host environments (gym:NAME) with an actor and a jitted learner. `train`, `resume` and
-`evaluate_saved` pick the runner from the environment name."""
+`sebulba` runs host environments (gym:NAME) with actors and a jitted learner. Both run in the one host
+loop of `session`. `train`, `resume` and `evaluate_saved` pick the runner from the environment name."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from sparqrl.config import require
 from sparqrl.envs import is_host_env
 from sparqrl.runners import anakin, sebulba
-from sparqrl.runners.anakin import RunConfig, RunInterrupted
+from sparqrl.runners.rundir import open_run_dir
+from sparqrl.runners.run_config import RunConfig
+from sparqrl.runners.session import RunFailed, RunInterrupted, finished_summary, notify
 
 
 def train(algo_name: str, algo_config: Any, run: RunConfig, **kwargs: Any) -> dict:
@@ -20,21 +23,28 @@ def train(algo_name: str, algo_config: Any, run: RunConfig, **kwargs: Any) -> di
     return anakin.train(algo_name, algo_config, run, **kwargs)
 
 
-def resume(out_dir: str | Path, **kwargs: Any) -> dict:
-    """Continue the run in `out_dir` from its last checkpoint, with its saved configuration."""
-    _, _, run = anakin.load_config(Path(out_dir))
+def resume(out_dir: str | Path, progress: bool | None = None, **kwargs: Any) -> dict:
+    """Continue the run in `out_dir` from its newest intact checkpoint, with its saved configuration
+    (from the beginning when it has none yet). A finished run is left as it is: its summary is returned.
+    `progress`: show the progress bar or not (default: as the run was started)."""
+    rundir, algo_name, algo_config, run = open_run_dir(out_dir)
+    if progress is not None:
+        run = dataclasses.replace(run, progress=progress)
+    if rundir.finished:
+        notify(f"{out_dir} is a finished run ({run.env}, {algo_name}); nothing to do")
+        return finished_summary(rundir)
     if is_host_env(run.env):
-        return sebulba.resume(out_dir)
-    return anakin.resume(out_dir, **kwargs)
+        return sebulba.resume(rundir, algo_name, algo_config, run)
+    return anakin.resume(rundir, algo_name, algo_config, run, **kwargs)
 
 
 def evaluate_saved(out_dir: str | Path, episodes: int | None = None, seed: int | None = None) -> dict:
     """Evaluate the saved policy of the run in `out_dir`: deterministic episodes per seed."""
-    require((Path(out_dir) / "config.json").exists(), "DIR", str(out_dir), "must be the output directory of a run")
-    _, _, run = anakin.load_config(Path(out_dir))
-    if is_host_env(run.env):
-        return sebulba.evaluate_saved(out_dir, episodes, seed)
-    return anakin.evaluate_saved(out_dir, episodes, seed)
+    rundir, algo_name, algo_config, run = open_run_dir(out_dir, "DIR")
+    episodes = run.eval_episodes if episodes is None else episodes
+    require(episodes >= 1, "episodes", episodes, "must be >= 1")
+    runner = sebulba if is_host_env(run.env) else anakin
+    return runner.evaluate_saved(rundir, algo_name, algo_config, run, episodes, seed)
 
 
-__all__ = ["RunConfig", "RunInterrupted", "evaluate_saved", "resume", "train"]
+__all__ = ["RunConfig", "RunFailed", "RunInterrupted", "evaluate_saved", "resume", "train"]

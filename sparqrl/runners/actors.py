@@ -301,12 +301,46 @@ class RayPool(_Replacements):
 
 _local_instance_ran = False  # see ray_session
 
+# Ray's own switch for a local-only instance (what it does on macOS and Windows): with it off, the node's
+# IP is the loopback address, and every process of the instance listens there only.
+_RAY_CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+LOOPBACK = ("127.0.0.1", "::1")
+
+
+@contextlib.contextmanager
+def _loopback_node() -> Iterator[None]:
+    """While a local Ray instance starts: its node's IP is the loopback address, so that every process it
+    starts listens on loopback only. Ray (2.60) binds its servers to loopback when the node's IP is a
+    loopback one (GCS, raylet and object manager, the core workers' gRPC servers of the driver and actors,
+    the runtime-env and dashboard agents, the metrics exporters) and to all interfaces otherwise; but
+    `ray.init(_node_ip_address="127.0.0.1")` alone is turned into the machine's address, unless Ray's
+    local-only switch is off (`ray_constants.ENABLE_RAY_CLUSTER`, read from the environment variable
+    `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER` when Ray is imported). Both are set here for the start only and
+    restored after: the variable for the processes the instance starts (they inherit it), the constant for
+    this process, which imported Ray already. Joining a cluster (`address`) does not come here."""
+    import ray._private.ray_constants as ray_constants
+
+    saved_env, saved_constant = os.environ.get(_RAY_CLUSTER_SWITCH), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[_RAY_CLUSTER_SWITCH] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_constant
+        if saved_env is None:
+            os.environ.pop(_RAY_CLUSTER_SWITCH, None)
+        else:
+            os.environ[_RAY_CLUSTER_SWITCH] = saved_env
+
 
 @contextlib.contextmanager
 def ray_session(address: str | None, actors: int) -> Iterator[None]:
     """Ray for one run: join the cluster at `address`, or start a new local instance (address "local":
     never one found running) with a CPU per actor even on fewer cores; on exit, disconnect, which ends a
     local instance and every process it started. Nothing if Ray is already running in this process.
+
+    A local instance listens on loopback only (`_loopback_node`) and has no dashboard: joining a cluster
+    is the one way a run is reachable from other machines (README, "Ray and the network").
 
     Runners enter it first, before they start threads of their own (energy meter, logger, checkpointer,
     XLA's compiler): Ray forks its processes here, and once a start of the local instance hung in fork
@@ -325,9 +359,15 @@ def ray_session(address: str | None, actors: int) -> Iterator[None]:
                 "cluster from a new process, e.g. `sparqrl train ... --ray-address ADDRESS`")
         ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     else:
-        ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-                 num_cpus=max(os.cpu_count() or 1, actors))
+        with _loopback_node():
+            ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
+                     logging_level="ERROR", log_to_driver=False, num_cpus=max(os.cpu_count() or 1, actors))
         _local_instance_ran = True
+        node_ip = ray._private.worker.global_worker.node.node_ip_address
+        if node_ip not in LOOPBACK:  # a Ray that no longer honours the switch: refuse to listen beyond
+            ray.shutdown()
+            raise RuntimeError(f"the local Ray instance's node IP is {node_ip}, not loopback: its processes "
+                               "would listen on every interface of this machine")
     try:
         yield
     finally:

@@ -1,12 +1,49 @@
-"""Checkpoints of the whole vmapped training state with orbax, plus a small JSON of host-side facts."""
+"""Checkpoints of the whole vmapped training state with orbax, plus a small JSON of host-side facts.
+
+Every checkpoint's meta carries a CRC-32 of the state's bytes and is written only for a finite state, so
+a restore can tell an intact checkpoint from a damaged one (a truncated or altered data file, bad
+metadata) and a run never resumes from NaNs. `restore_intact` takes the newest intact checkpoint.
+"""
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+
+CHECKSUM = "state_crc32"
+
+
+class NonFiniteState(Exception):
+    """The state holds a NaN or an infinity (the message names the leaf); it is not saved."""
+
+
+class Restored(NamedTuple):
+    state: Any
+    meta: dict[str, Any]
+    step: int
+    damaged: list[tuple[int, str]]  # newer checkpoints passed over: (step, why)
+
+
+def state_checksum(state: Any) -> int:
+    """CRC-32 of every leaf's bytes in tree order (the state is fetched to the host)."""
+    crc = 0
+    for leaf in jax.tree.leaves(jax.device_get(state)):
+        crc = zlib.crc32(np.ascontiguousarray(leaf).tobytes(), crc)
+    return crc
+
+
+def first_non_finite(state: Any) -> str | None:
+    """The path of the first float leaf holding a NaN or an infinity, or None."""
+    for path, leaf in jax.tree_util.tree_leaves_with_path(jax.device_get(state)):
+        leaf = np.asarray(leaf)
+        if np.issubdtype(leaf.dtype, np.inexact) and not np.isfinite(leaf).all():
+            return jax.tree_util.keystr(path)
+    return None
 
 
 class Checkpointer:
@@ -19,6 +56,11 @@ class Checkpointer:
         )
 
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
+        """Save `state` as `step` (replacing one there); raises `NonFiniteState` instead of saving NaNs."""
+        bad = first_non_finite(state)
+        if bad is not None:
+            raise NonFiniteState(f"the state's {bad} is not finite")
+        meta = {**meta, CHECKSUM: state_checksum(state)}
         self._manager.save(
             step,
             args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
@@ -26,22 +68,52 @@ class Checkpointer:
         )
         self._manager.wait_until_finished()
 
-    def latest_step(self) -> int | None:
-        return self._manager.latest_step()
+    def steps(self) -> list[int]:
+        """Finished checkpoints, newest first (a write cut short is never listed: orbax renames a
+        checkpoint into place only once it is complete)."""
+        self._manager.reload()
+        return sorted(self._manager.all_steps(), reverse=True)
 
-    def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
-        """Restore into the structure, shapes, dtypes and shardings of `abstract_state`."""
-        step = self.latest_step() if step is None else step
-        if step is None:
-            raise FileNotFoundError("no checkpoint to resume from")
+    def restore(self, abstract_state: Any, step: int) -> tuple[Any, dict[str, Any]]:
+        """Restore `step` into the structure, shapes, dtypes and shardings of `abstract_state`, verified
+        against its checksum (raises on any damage)."""
         restored = self._manager.restore(
             step,
             args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()),
         )
-        return restored["state"], dict(restored["meta"])
+        state, meta = restored["state"], dict(restored["meta"])
+        if CHECKSUM in meta and state_checksum(state) != meta[CHECKSUM]:
+            raise ValueError("its data does not match the checksum written with it")
+        return state, meta
+
+    def restore_intact(self, abstract_state: Any) -> Restored | None:
+        """The newest checkpoint that restores and verifies, with the damaged newer ones it passed over;
+        None when there is no checkpoint at all. Raises `DamagedCheckpoints` when none is intact."""
+        damaged: list[tuple[int, str]] = []
+        for step in self.steps():
+            try:
+                state, meta = self.restore(abstract_state, step)
+            except Exception as error:  # noqa: BLE001 - any failure to read a checkpoint means it is damaged
+                damaged.append((step, _one_line(error)))
+                continue
+            return Restored(state, meta, step, damaged)
+        if damaged:
+            raise DamagedCheckpoints(damaged)
+        return None
 
     def close(self) -> None:
         self._manager.close()
+
+
+class DamagedCheckpoints(Exception):
+    def __init__(self, damaged: list[tuple[int, str]]):
+        self.damaged = damaged
+        super().__init__("; ".join(f"step {step}: {why}" for step, why in damaged))
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
 
 
 def abstract_like(tree: Any) -> Any:

@@ -23,9 +23,7 @@ counters); host simulators cannot be saved, so a resumed run's actors start fres
 from __future__ import annotations
 
 import contextlib
-import json
 import time
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -37,11 +35,9 @@ from sparqrl.algos import get_algorithm
 from sparqrl.algos.base import ActorLearner, forward
 from sparqrl.envs import evaluate_host, host_spec
 from sparqrl.runners.actors import ActorSpec, Fragment, make_pool, network_paths, quantized_copy, ray_session
-from sparqrl.runners.anakin import (
-    RunConfig, RunInterrupted, StopRequests, _device_name, chunk_bounds, load_config, start_run_dir,
-)
-from sparqrl.runners.checkpoint import Checkpointer, abstract_like
-from sparqrl.telemetry import EnergyMeter, RunLogger, make_progress, plot_returns
+from sparqrl.runners.rundir import RunDir, start_run_dir
+from sparqrl.runners.run_config import RunConfig
+from sparqrl.runners.session import StopRequests, chunk_bounds, eval_summary, run_session, saved_state
 
 
 class Prepared:
@@ -50,6 +46,7 @@ class Prepared:
     def __init__(self, algo_name: str, algo_config: Any, run: RunConfig):
         module = get_algorithm(algo_name)
         run.validate()
+        cfg.check_numbers(algo_config)
         cfg.require(hasattr(module, "make_actor_learner"), "algo", algo_name,
                     "host environments (gym:NAME) run through the actor-learner runner, which trains dqn, td3 "
                     f"and sac; {algo_name} runs on device environments (gymnax ids, brax:NAME)")
@@ -71,14 +68,13 @@ class Prepared:
 def train(algo_name: str, algo_config: Any, run: RunConfig) -> dict:
     """Train from scratch on a host environment; returns the summary (also in `run.out/summary.json`)."""
     prepared = Prepared(algo_name, algo_config, run)
-    out = start_run_dir(algo_name, prepared.config, run)
-    return _run(prepared, algo_name, run, out, resuming=False)
+    rundir = start_run_dir(algo_name, prepared.config, run)
+    return _run(prepared, algo_name, run, rundir, resuming=False)
 
 
-def resume(out_dir: str | Path) -> dict:
-    out = Path(out_dir)
-    algo_name, algo_config, run = load_config(out)
-    return _run(Prepared(algo_name, algo_config, run), algo_name, run, out, resuming=True)
+def resume(rundir: RunDir, algo_name: str, algo_config: Any, run: RunConfig) -> dict:
+    """Continue the run in `rundir` from its newest intact checkpoint (fresh host episodes)."""
+    return _run(Prepared(algo_name, algo_config, run), algo_name, run, rundir, resuming=True)
 
 
 def _learn_fragment(al: ActorLearner):
@@ -95,221 +91,179 @@ def _learn_fragment(al: ActorLearner):
     return learn
 
 
-def _run(p: Prepared, algo_name: str, run: RunConfig, out: Path, *, resuming: bool) -> dict:
-    """One session of a run (fresh or resumed), measured whole by an energy meter (codecarbon's machine
-    tracking: local Ray actors included) whose own start-up is left out of wall_time_s."""
-    backend = run.resolved_backend
-    with ray_session(run.ray_address, run.actors) if backend == "ray" else contextlib.nullcontext():
-        meter = EnergyMeter(out, run.country, run.energy).start()
-        try:
-            return _session(p, algo_name, run, out, meter, resuming=resuming)
-        finally:
-            meter.stop()  # idempotent and never raises; the normal path has stopped it before the summary
+def _run(p: Prepared, algo_name: str, run: RunConfig, rundir: RunDir, *, resuming: bool) -> dict:
+    """One session of a run (fresh or resumed). Ray, when used, starts first: before the session's own
+    threads (energy meter, logger, checkpointer, XLA's compiler); see `ray_session`."""
+    with ray_session(run.ray_address, run.actors) if run.resolved_backend == "ray" else contextlib.nullcontext():
+        return run_session(rundir, run, algo_name, SebulbaDriver(p, algo_name, run), resuming=resuming)
 
 
-def _session(p: Prepared, algo_name: str, run: RunConfig, out: Path, meter: EnergyMeter, *, resuming: bool) -> dict:
-    wall_start = time.perf_counter()
-    al, seeds, num_envs, T = p.al, run.seeds, p.al.num_envs, run.fragment_steps
-    bounds = chunk_bounds(p.fragments, run.chunks)
-    compile_start = time.perf_counter()
-    learner = jax.jit(jax.vmap(al.init))(jax.random.split(jax.random.PRNGKey(run.seed), seeds))
-    compile_time = time.perf_counter() - compile_start
+TIMERS = ("startup_s", "actor_busy_s", "learner_s", "publish_s", "wait_s")
 
-    # Checkpoints are numbered by learner updates (= policy versions): an interrupt saves the learner
-    # exactly where it stopped, which may be inside a chunk.
-    checkpointer = Checkpointer(out / "checkpoint")
-    done_chunks, updates_done = 0, 0
-    timer_names = ("wall_time_s", "compile_time_s", "startup_s", "actor_busy_s", "learner_s", "publish_s", "wait_s")
-    prior = dict.fromkeys(timer_names, 0.0) | {"versions": 0, "restarts": 0}
-    if resuming:
-        learner, saved = checkpointer.restore(abstract_like(learner))
-        done_chunks, updates_done = saved["chunks_done"], saved["updates_done"]
-        prior = {k: saved[k] for k in prior}
-        meter.include_prior(saved)  # the earlier sessions' energy and CO2
-    compile_time += prior["compile_time_s"]
-    timers = {k: prior[k] for k in timer_names[2:]}
-    counts = {"versions": prior["versions"], "lag_sum": 0.0, "fragments": 0, "order_violations": 0}
-    logger = RunLogger(out, resume_chunk=done_chunks if resuming else None,
-                       resume_step=(bounds[done_chunks - 1] if done_chunks else 0) * T * num_envs + 1 if resuming else None)
 
-    def elapsed() -> float:
-        return prior["wall_time_s"] + time.perf_counter() - wall_start
+class SebulbaDriver:
+    """The actor-learner run for the shared session loop: one chunk is `bounds[c] - bounds[c-1]`
+    fragments, each learnt as it arrives. Checkpoints are numbered by learner updates (= policy
+    versions): an interrupt saves the learner exactly where it stopped, which may be inside a chunk."""
 
-    def meta() -> dict:
-        return {"chunks_done": done_chunks, "updates_done": updates_done, "wall_time_s": elapsed(),
-                "compile_time_s": compile_time, **timers, "versions": counts["versions"],
-                "restarts": prior["restarts"] + pool.restarts, **meter.totals()}
+    def __init__(self, p: Prepared, algo_name: str, run: RunConfig):
+        self.p, self.run = p, run
+        self.al = p.al
+        self.T = run.fragment_steps
+        self.bounds = chunk_bounds(p.fragments, run.chunks)
+        self.env_steps_per_update = self.T * p.al.num_envs
+        self.compile_time_s = 0.0
+        self.timers = dict.fromkeys(TIMERS, 0.0)
+        self.prior = {"versions": 0, "restarts": 0}
+        self.counts = {"versions": 0, "lag_sum": 0.0, "fragments": 0, "order_violations": 0, "nbytes": 0}
+        self.spec = ActorSpec(algo_name, p.config, run.env, run.seeds, run.actors, self.T, run.seed)
+        self.learn_fragment = _learn_fragment(p.al)
+        self.pool = None
+        self.learner = None
+        self.updates_done = 0
+        self.last_seen: dict[tuple[int, int], tuple[int, int]] = {}  # place -> (sequence, version) of its latest
+        self._learn_c = None
+        self._stop: StopRequests | None = None
 
-    def publish() -> Any:
+    @property
+    def startup_s(self) -> float:
+        return self.timers["startup_s"]
+
+    def abstract_state(self) -> Any:
+        return self.p.learner_shape
+
+    def build(self) -> None:
         start = time.perf_counter()
-        policy = jax.device_get(p.policy_fn(learner))
-        env_steps = int(np.asarray(learner.env_steps)[0])
-        copy = quantized_copy(updates_done, policy, al.acting, p.paths, run.actor_precision, run.quant_granularity,
-                              env_steps)
-        ref = pool.publish(copy)
-        timers["publish_s"] += time.perf_counter() - start
-        counts["versions"] += 1
-        counts["nbytes"] = copy.nbytes
+        self._init = jax.jit(jax.vmap(self.al.init))
+        self._keys = jax.random.split(jax.random.PRNGKey(self.run.seed), self.run.seeds)
+        self._init = self._init.lower(self._keys).compile()
+        self.compile_time_s += time.perf_counter() - start  # the learner compiles for the first fragment
+
+    def init_state(self) -> Any:
+        return self._init(self._keys)
+
+    def meta(self) -> dict[str, Any]:
+        return {**self.timers, "versions": self.prior["versions"] + self.counts["versions"],
+                "restarts": self.prior["restarts"] + (self.pool.restarts if self.pool is not None else 0)}
+
+    def restore_meta(self, meta: dict[str, Any]) -> None:
+        self.timers = {k: float(meta.get(k, 0.0)) for k in TIMERS}
+        self.prior = {k: int(meta.get(k, 0)) for k in self.prior}
+
+    def _publish(self) -> Any:
+        start = time.perf_counter()
+        policy = jax.device_get(self.p.policy_fn(self.learner))
+        env_steps = int(np.asarray(self.learner.env_steps)[0])
+        copy = quantized_copy(self.updates_done, policy, self.al.acting, self.p.paths, self.run.actor_precision,
+                              self.run.quant_granularity, env_steps)
+        ref = self.pool.publish(copy)
+        self.timers["publish_s"] += time.perf_counter() - start
+        self.counts["versions"] += 1
+        self.counts["nbytes"] = copy.nbytes
         return ref
 
-    def evaluate(episodes: int) -> np.ndarray:
-        return _evaluate_seeds(al, run.env, p.policy_fn(learner), episodes, run.seed + 100)
+    def start(self, state: Any, updates_done: int, stop: StopRequests) -> None:
+        self.learner, self.updates_done, self._stop = state, updates_done, stop
+        self._pool_start = time.perf_counter()
+        self.pool = make_pool(self.run.resolved_backend, self.spec, reseed=updates_done)
+        self._copy_ref = self._publish()
+        for actor_id in range(self.run.actors):
+            for _ in range(self.run.in_flight):
+                self.pool.submit(actor_id, self._copy_ref)
+        self._learn = jax.jit(self._learn_sum, donate_argnums=(0, 1))  # donated: the replay buffer is updated in place
 
-    spec = ActorSpec(algo_name, p.config, run.env, seeds, run.actors, T, run.seed)
-    stop = StopRequests()
-    pool_start = time.perf_counter()
-    pool = None
-    learn_fragment = _learn_fragment(al)
-
-    def learn(learner: Any, sums: dict, steps: Any) -> tuple[Any, dict]:
-        learner, metrics = learn_fragment(learner, steps)
+    def _learn_sum(self, learner: Any, sums: dict, steps: Any) -> tuple[Any, dict]:
+        learner, metrics = self.learn_fragment(learner, steps)
         return learner, jax.tree.map(jnp.add, sums, metrics)
 
-    learn = jax.jit(learn, donate_argnums=(0, 1))  # donated: the replay buffer is updated in place
-    learn_c = None
-    progress = make_progress(run.progress)
-    eval_returns, saved_at = None, updates_done
-    last_seen: dict[tuple[int, int], tuple[int, int]] = {}  # place -> (sequence, version) of its latest fragment
-    session_start = (updates_done * T * num_envs, time.perf_counter())
-    try:
-        pool = make_pool(run.resolved_backend, spec, reseed=updates_done)
-        copy_ref = publish()
-        for actor_id in range(run.actors):
-            for _ in range(run.in_flight):
-                pool.submit(actor_id, copy_ref)
-        with progress:
-            task = progress.add_task(f"{algo_name} {run.env}", total=p.fragments * T * num_envs, sps=0.0, ret="-")
-            progress.update(task, completed=updates_done * T * num_envs)
-            for chunk in range(done_chunks, len(bounds)):
-                sums, ep_sum, ep_count = None, np.zeros(seeds), np.zeros(seeds)
-                n = bounds[chunk] - updates_done
-                for _ in range(n):
-                    stop.check()  # between learner calls only: never with donated buffers in flight
-                    t0 = time.perf_counter()
-                    frag: Fragment = pool.next()
-                    t1 = time.perf_counter()
-                    if learn_c is None:  # compiled for the first fragment's shapes
-                        # Starting the actors (processes, Ray, their jitted programs) until the first
-                        # fragment arrives is set-up, like compilation: kept out of the steps/s rate.
-                        timers["startup_s"] += t1 - pool_start
-                        shapes = jax.eval_shape(learn_fragment, learner, frag.steps)[1]
-                        zero_sums = lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)  # noqa: E731
-                        learn_c = learn.lower(learner, zero_sums(), frag.steps).compile()
-                        compile_time += time.perf_counter() - t1
-                        t0 = t1 = time.perf_counter()
-                    if sums is None:
-                        sums = zero_sums()
-                    learner, sums = learn_c(learner, sums, frag.steps)
-                    jax.block_until_ready(sums)
-                    t2 = time.perf_counter()
-                    timers["wait_s"] += t1 - t0
-                    timers["learner_s"] += t2 - t1
-                    timers["actor_busy_s"] += frag.busy_s
-                    updates_done += 1
-                    # Versions must not go back within an actor, in the order it made its fragments
-                    # (which Ray may deliver out of order).
-                    place = (frag.actor_id, frag.incarnation)
-                    seq, version = last_seen.get(place, (-1, -1))
-                    counts["order_violations"] += int((frag.sequence - seq) * (frag.version - version) < 0)
-                    last_seen[place] = max((seq, version), (frag.sequence, frag.version))
-                    counts["lag_sum"] += updates_done - 1 - frag.version
-                    counts["fragments"] += 1
-                    if updates_done % run.publish_every == 0:
-                        copy_ref = publish()
-                    pool.submit(frag.actor_id, copy_ref)
-                    ep_sum += np.where(frag.episode_done, frag.episode_return, 0.0).sum(axis=(0, 2))
-                    ep_count += frag.episode_done.sum(axis=(0, 2))
-                per_seed = {k: np.asarray(v) / (n * T) for k, v in jax.device_get(sums).items()}
-                per_seed["episode_return"] = np.where(ep_count > 0, ep_sum / np.maximum(ep_count, 1), np.nan)
-                per_seed["policy_lag"] = np.full(seeds, counts["lag_sum"] / max(counts["fragments"], 1))
-                is_last = chunk == len(bounds) - 1
-                if is_last or (run.eval_every and (chunk + 1) % run.eval_every == 0):
-                    eval_returns = evaluate(run.eval_episodes)
-                    per_seed["eval_return"] = eval_returns.mean(axis=1)
-                env_step = updates_done * T * num_envs
-                logger.log(chunk + 1, env_step, elapsed(), per_seed)
-                rate = (env_step - session_start[0]) * seeds / max(time.perf_counter() - session_start[1], 1e-9)
-                ret = per_seed["episode_return"]
-                progress.update(task, completed=env_step, sps=rate,
-                                ret="-" if np.all(np.isnan(ret)) else f"{np.nanmean(ret):.1f}")
-                done_chunks = chunk + 1
-                if is_last or done_chunks % run.checkpoint_every == 0:
-                    checkpointer.save(updates_done, learner, meta())
-                    saved_at = updates_done
-    except KeyboardInterrupt:
-        if saved_at != updates_done:
-            checkpointer.save(updates_done, learner, meta())
-        raise RunInterrupted(
-            f"interrupted after {updates_done * T * num_envs} env steps per seed; "
-            f"checkpoint saved; continue with: sparqrl train --resume {out}"
-        ) from None
-    finally:
-        stop.close()
-        if pool is not None:
-            pool.close()
-        logger.close()
-        checkpointer.close()
+    def run_chunk(self, chunk: int) -> tuple[Any, dict[str, np.ndarray]]:
+        seeds, T, timers, counts = self.run.seeds, self.T, self.timers, self.counts
+        sums, ep_sum, ep_count = None, np.zeros(seeds), np.zeros(seeds)
+        n = self.bounds[chunk] - self.updates_done
+        for _ in range(n):
+            self._stop.check()  # between learner calls only: never with donated buffers in flight
+            t0 = time.perf_counter()
+            frag: Fragment = self.pool.next()
+            t1 = time.perf_counter()
+            if self._learn_c is None:  # compiled for the first fragment's shapes
+                # Starting the actors (processes, Ray, their jitted programs) until the first fragment
+                # arrives is set-up, like compilation: kept out of the steps/s rate.
+                timers["startup_s"] += t1 - self._pool_start
+                shapes = jax.eval_shape(self.learn_fragment, self.learner, frag.steps)[1]
+                self._zero_sums = lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)  # noqa: E731
+                self._learn_c = self._learn.lower(self.learner, self._zero_sums(), frag.steps).compile()
+                self.compile_time_s += time.perf_counter() - t1
+                t0 = t1 = time.perf_counter()
+            if sums is None:
+                sums = self._zero_sums()
+            self.learner, sums = self._learn_c(self.learner, sums, frag.steps)
+            jax.block_until_ready(sums)
+            t2 = time.perf_counter()
+            timers["wait_s"] += t1 - t0
+            timers["learner_s"] += t2 - t1
+            timers["actor_busy_s"] += frag.busy_s
+            self.updates_done += 1
+            # Versions must not go back within an actor, in the order it made its fragments (which Ray
+            # may deliver out of order).
+            place = (frag.actor_id, frag.incarnation)
+            seq, version = self.last_seen.get(place, (-1, -1))
+            counts["order_violations"] += int((frag.sequence - seq) * (frag.version - version) < 0)
+            self.last_seen[place] = max((seq, version), (frag.sequence, frag.version))
+            counts["lag_sum"] += self.updates_done - 1 - frag.version
+            counts["fragments"] += 1
+            if self.updates_done % self.run.publish_every == 0:
+                self._copy_ref = self._publish()
+            self.pool.submit(frag.actor_id, self._copy_ref)
+            ep_sum += np.where(frag.episode_done, frag.episode_return, 0.0).sum(axis=(0, 2))
+            ep_count += frag.episode_done.sum(axis=(0, 2))
+        per_seed = {k: np.asarray(v) / (max(n, 1) * T) for k, v in jax.device_get(sums).items()} if sums else {}
+        per_seed["episode_return"] = np.where(ep_count > 0, ep_sum / np.maximum(ep_count, 1), np.nan)
+        per_seed["policy_lag"] = np.full(seeds, counts["lag_sum"] / max(counts["fragments"], 1))
+        return self.learner, per_seed
 
-    if eval_returns is None:  # resumed a run that had already finished
-        eval_returns = evaluate(run.eval_episodes)
-    wall = elapsed()
-    energy = meter.stop()
-    final = eval_returns.mean(axis=1)
-    steps = p.fragments * T * num_envs
-    gradient_steps = int(np.asarray(learner.gradient_steps)[0])  # this session's and earlier ones
-    summary = {
-        "algo": algo_name,
-        "env": run.env,
-        "steps": steps,
-        "seeds": seeds,
-        "final_return_mean": float(final.mean()),
-        "final_return_std": float(final.std()),
-        "final_return_per_seed": [float(x) for x in final],
-        "eval_episodes": run.eval_episodes,
-        "wall_time_s": wall,
-        "env_steps_per_s": steps * seeds / max(wall - compile_time - timers["startup_s"], 1e-9),
-        "compile_time_s": compile_time,
-        "device": _device_name(),
-        "runner": "sebulba",
-        "backend": pool.backend,
-        "actors": run.actors,
-        "actor_precision": run.actor_precision,
-        # env steps (all seeds) per second of one actor's busy time (acting + stepping, not waiting)
-        "actor_steps_per_s": steps * seeds / max(timers["actor_busy_s"], 1e-9),
-        "learner_updates_per_s": gradient_steps * seeds / max(timers["learner_s"], 1e-9),
-        "startup_s": timers["startup_s"],
-        "learner_wait_s": timers["wait_s"],
-        "publish_s": timers["publish_s"],
-        "versions_published": counts["versions"],
-        "broadcast_bytes": counts.get("nbytes", 0),
-        "policy_lag_mean": counts["lag_sum"] / max(counts["fragments"], 1),
-        "version_order_violations": counts["order_violations"],
-        "actor_restarts": prior["restarts"] + pool.restarts,
-        "actor_failures": [f"actor {f.actor_id} incarnation {f.incarnation}: {f.error}" for f in pool.failures[:10]],
-        **energy,
-        **al.summary,
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    plot_returns(out / "metrics.csv", out / "returns.png", f"{algo_name} on {run.env}, {seeds} seed(s)")
-    return summary
+    def evaluate(self, state: Any) -> np.ndarray:
+        return _evaluate_seeds(self.al, self.run.env, self.p.policy_fn(state), self.run.eval_episodes,
+                               self.run.seed + 100)
+
+    def interrupted_state(self) -> tuple[int, Any] | None:
+        return None if self.learner is None else (self.updates_done, self.learner)
+
+    def summary(self) -> dict[str, Any]:
+        steps, seeds, timers, counts = self.bounds[-1] * self.env_steps_per_update, self.run.seeds, self.timers, self.counts
+        gradient_steps = int(np.asarray(self.learner.gradient_steps)[0])  # this session's and earlier ones
+        pool = self.pool
+        return {
+            "runner": "sebulba",
+            "backend": pool.backend,
+            "actors": self.run.actors,
+            "actor_precision": self.run.actor_precision,
+            # env steps (all seeds) per second of one actor's busy time (acting + stepping, not waiting)
+            "actor_steps_per_s": steps * seeds / max(timers["actor_busy_s"], 1e-9),
+            "learner_updates_per_s": gradient_steps * seeds / max(timers["learner_s"], 1e-9),
+            "startup_s": timers["startup_s"],
+            "learner_wait_s": timers["wait_s"],
+            "publish_s": timers["publish_s"],
+            "versions_published": self.prior["versions"] + counts["versions"],
+            "broadcast_bytes": counts["nbytes"],
+            "policy_lag_mean": counts["lag_sum"] / max(counts["fragments"], 1),
+            "version_order_violations": counts["order_violations"],
+            "actor_restarts": self.prior["restarts"] + pool.restarts,
+            "actor_failures": [f"actor {f.actor_id} incarnation {f.incarnation}: {f.error}" for f in pool.failures[:10]],
+            **self.al.summary,
+        }
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
 
 
-def evaluate_saved(out_dir: str | Path, episodes: int | None = None, seed: int | None = None) -> dict:
+def evaluate_saved(rundir: RunDir, algo_name: str, config: Any, run: RunConfig, episodes: int, seed: int | None) -> dict:
     """Evaluate the saved policy of a host-environment run: deterministic episodes per seed (fp32)."""
-    out = Path(out_dir)
-    algo_name, config, run = load_config(out)
     p = Prepared(algo_name, config, run)
-    episodes = run.eval_episodes if episodes is None else episodes
-    cfg.require(episodes >= 1, "episodes", episodes, "must be >= 1")
-    checkpointer = Checkpointer(out / "checkpoint")
-    try:
-        learner, _ = checkpointer.restore(abstract_like(p.learner_shape))
-    finally:
-        checkpointer.close()
+    learner = saved_state(rundir, p.learner_shape)
     per_seed = _evaluate_seeds(p.al, run.env, p.policy_fn(learner), episodes,
                                run.seed + 100 if seed is None else seed).mean(axis=1)
-    return {"env": run.env, "episodes_per_seed": episodes, "return_mean": float(per_seed.mean()),
-            "return_std": float(per_seed.std()), "return_per_seed": [float(x) for x in per_seed]}
+    return eval_summary(run, episodes, per_seed)
 
 
 def _evaluate_seeds(al: ActorLearner, env_name: str, params: Any, episodes: int, base_seed: int) -> np.ndarray:

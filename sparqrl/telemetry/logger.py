@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -13,15 +14,18 @@ FIRST_COLUMNS = ["chunk", "env_step", "seed", "wall_time_s", "episode_return", "
 
 
 def _truncate_csv(path: Path, last_chunk: int) -> None:
-    """Keep only rows up to `last_chunk`: on resume, later rows are recomputed, never duplicated."""
+    """Keep only whole rows up to `last_chunk`: on resume, later rows are recomputed, never duplicated,
+    and a row cut short by a kill or a full disk is dropped. Rewritten whole or not at all."""
     with path.open(newline="") as f:
         rows = list(csv.reader(f))
     if not rows:
         return
     header, body = rows[0], rows[1:]
-    kept = [row for row in body if int(row[0]) <= last_chunk]
-    with path.open("w", newline="") as f:
+    kept = [row for row in body if len(row) == len(header) and row[0].isdigit() and int(row[0]) <= last_chunk]
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", newline="") as f:
         csv.writer(f).writerows([header, *kept])
+    os.replace(tmp, path)
 
 
 class RunLogger:

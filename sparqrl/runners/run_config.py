@@ -1,0 +1,91 @@
+"""How a run is driven (`RunConfig`), shared by both runners and the CLI; the algorithm's
+hyperparameters live in its own Config."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from sparqrl import config as cfg
+from sparqrl.envs import validate_env_name
+from sparqrl.telemetry.energy import validate_country
+
+MAX_SEEDS = 65_536
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """How a run is driven; the algorithm's hyperparameters live in its own Config."""
+
+    env: str = "CartPole-v1"
+    """Environment: a gymnax id (e.g. CartPole-v1, Breakout-MinAtar) or brax:NAME (e.g. brax:ant), both on
+    device; or gym:NAME (e.g. gym:HalfCheetah-v5), a Gymnasium environment stepped on the host (td3, sac)."""
+    seeds: int = 1
+    """Independent seeds trained at once in one vmapped program (sharded over devices)."""
+    seed: int = 0
+    """Base seed; the seeds' keys are split from it."""
+    out: str = "runs/latest"
+    """Output directory (summary.json, metrics.csv, TensorBoard, returns.png, checkpoint/, config.json)."""
+    overwrite: bool = False
+    """Replace the sparqrl run already in the output directory: only the files that run wrote are deleted,
+    and only once the new run has passed every check. A folder holding anything else is never replaced."""
+    chunks: int = 50
+    """Number of host-loop chunks: progress, logging and checkpoints happen between chunks."""
+    eval_every: int = 10
+    """Evaluate the deterministic policy every this many chunks (0: only at the end)."""
+    eval_episodes: int = 10
+    """Deterministic evaluation episodes per seed."""
+    checkpoint_every: int = 5
+    """Save a checkpoint every this many chunks (and always at the end and on Ctrl-C)."""
+    progress: bool = True
+    """Draw the progress bar."""
+    energy: bool = True
+    """Measure the run's energy and CO2 with codecarbon's offline tracker (never online): summary.json gets
+    energy_kwh, co2_kg and energy_method (how power was read: RAPL, NVML, or codecarbon's estimate), and
+    emissions.csv one row per session. Costs about 2 s once per process, then milliseconds."""
+    country: str = "USA"
+    """3-letter ISO code of the country whose electricity grid powers the run (e.g. USA, FRA, DEU, IND):
+    co2_kg = energy_kwh x its carbon intensity from codecarbon's offline data, so CO2 scales with it."""
+
+    # ---- the actor-learner runner (gym:NAME environments) ----
+    actors: int = 1
+    """Actors, each stepping its own seeds × num_envs host environments."""
+    actor_precision: Literal["fp32", "bf16", "fp16", "int8"] = "fp32"
+    """Precision of the policy copy actors act with (ActorQ): int8 (symmetric weights, activations quantized
+    per call, ONNX Runtime integer kernels), fp16/bf16 (16-bit weights), fp32. The learner trains in fp32."""
+    quant_granularity: Literal["channel", "tensor"] = "channel"
+    """int8 weight scales: one per output channel, or one per tensor (ActorQ / PyTorch dynamic quantization)."""
+    backend: Literal["auto", "inline", "ray"] = "auto"
+    """Where actors run: inline (this process, one request at a time: debugging, tests), ray (one process per
+    actor), auto (ray when actors > 1)."""
+    ray_address: str | None = None
+    """Connect to this existing Ray cluster (e.g. auto or ray://host:10001) instead of starting a local one."""
+    fragment_steps: int = 10
+    """Env steps per environment in one fragment an actor sends (the learner learns from it in one call)."""
+    publish_every: int = 1
+    """Publish a new policy copy every this many learner updates (fragments learned), once per version."""
+    in_flight: int = 2
+    """Collect requests in flight per actor: bounds the data waiting for the learner (backpressure)."""
+
+    @property
+    def resolved_backend(self) -> str:
+        return ("ray" if self.actors > 1 else "inline") if self.backend == "auto" else self.backend
+
+    def validate(self) -> None:
+        cfg.check_numbers(self)
+        cfg.require(self.seeds <= MAX_SEEDS, "seeds", self.seeds,
+                    f"must be <= {MAX_SEEDS:,} in one run (each seed is a copy of the whole training state)")
+        validate_env_name(self.env)
+        for name in ("seeds", "chunks", "eval_episodes", "checkpoint_every"):
+            cfg.require(getattr(self, name) >= 1, name, getattr(self, name), "must be >= 1")
+        cfg.require(self.eval_every >= 0, "eval_every", self.eval_every, "must be >= 0")
+        cfg.require(bool(self.out), "out", self.out, "must be a directory path")
+        validate_country(self.country, "country")
+        for name in ("actors", "fragment_steps", "publish_every", "in_flight"):
+            cfg.require(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, getattr(self, name),
+                        "must be an int >= 1")
+        cfg.one_of("actor_precision", self.actor_precision, ("fp32", "bf16", "fp16", "int8"))
+        cfg.one_of("quant_granularity", self.quant_granularity, ("channel", "tensor"))
+        cfg.one_of("backend", self.backend, ("auto", "inline", "ray"))
+        cfg.require(self.ray_address is None or self.resolved_backend == "ray", "ray_address", self.ray_address,
+                    f"needs the ray backend (backend is {self.backend!r} with {self.actors} actor(s))")

@@ -1,0 +1,366 @@
+"""The one host loop both runners share: one session of a run, fresh or resumed.
+
+A runner supplies a `Driver` (how to compile, initialise, run one chunk of updates and evaluate); the
+session does everything around it, once for both: the run folder and its manifest, verified checkpoints
+and resume, progress, metrics.csv and TensorBoard, evaluation and checkpoint cadence, energy and CO2,
+Ctrl-C / SIGTERM, non-finite values, failed writes and the summary.
+
+How each way a run can stop ends (the README's "what happens when" table, proved by tests/test_faults.py):
+  Ctrl-C / SIGTERM   `RunInterrupted` (exit 130): the last logged chunk is checkpointed (a run stopped
+                     before its first checkpoint keeps its config.json, and `--resume` starts it over)
+  kill -9            the last periodic checkpoint stays; `--resume` redoes the chunks after it
+  damaged checkpoint reported in one line; the newest intact one is used, or a one-line error
+  non-finite values  `RunFailed` (exit 1) naming the chunk, its updates and the metric or state leaf;
+                     the last finite checkpoint is kept
+  failed write       `RunFailed` (exit 1) naming the reason (full disk, read-only); the folder stays
+                     resumable from its last checkpoint
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from sparqrl.runners.checkpoint import Checkpointer, DamagedCheckpoints, NonFiniteState
+from sparqrl.runners.rundir import CONFIG, SUMMARY, RunDir, os_reason
+from sparqrl.runners.run_config import RunConfig
+from sparqrl.telemetry import EnergyMeter, RunLogger, make_progress, plot_returns
+
+# Per-seed values that are not training metrics: NaN there is normal (no episode ended in a chunk).
+NOT_CHECKED = {"episode_return", "episodes", "eval_return"}
+
+
+class RunInterrupted(Exception):
+    """Raised after Ctrl-C / SIGTERM once the run has been left resumable."""
+
+
+class RunFailed(Exception):
+    """A run that cannot go on (non-finite values, a failed write, no intact checkpoint): one line
+    that says what happened and what the folder still holds."""
+
+
+class StopRequests:
+    """Ctrl-C and SIGTERM become a flag that a runner checks at safe points (`check` raises
+    KeyboardInterrupt there). Raised anywhere else, the interrupt could land inside TensorBoard's or
+    orbax's writers (and hang the final close) or, on the host runner, while donated buffers are in
+    flight. Both signals are taken over explicitly: a process started with SIGINT ignored (as
+    pytest-xdist workers start their children) would otherwise run on through Ctrl-C."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = {sig: signal.signal(sig, self._request) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _request(self, signum: int, frame: Any) -> None:  # noqa: ARG002 - signal handler signature
+        self.requested = True
+
+    def check(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+    def close(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+class Driver(Protocol):
+    """What a runner supplies to the session (state leaves carry a leading seed axis)."""
+
+    bounds: list[int]  # cumulative learner updates at the end of each chunk
+    env_steps_per_update: int  # per seed
+    compile_time_s: float  # this session's compilation so far
+    startup_s: float  # this session's other set-up kept out of env_steps_per_s (starting actors)
+
+    def abstract_state(self) -> Any: ...  # the restore target: shapes, dtypes, shardings (nothing compiled)
+    def build(self) -> None: ...  # compile what the run needs up front
+    def init_state(self) -> Any: ...
+    def start(self, state: Any, updates_done: int, stop: StopRequests) -> None: ...
+    def run_chunk(self, chunk: int) -> tuple[Any, dict[str, np.ndarray]]: ...  # -> (state, per-seed metrics)
+    def evaluate(self, state: Any) -> np.ndarray: ...  # [seeds, episodes] deterministic returns
+    def interrupted_state(self) -> tuple[int, Any] | None: ...  # (updates, state) saved inside a chunk
+    def meta(self) -> dict[str, Any]: ...  # runner-specific counters a checkpoint carries
+    def restore_meta(self, meta: dict[str, Any]) -> None: ...
+    def summary(self) -> dict[str, Any]: ...  # runner-specific summary fields
+    def close(self) -> None: ...
+
+
+def chunk_bounds(num_updates: int, chunks: int) -> list[int]:
+    """Cumulative update counts at the end of each chunk (as even as possible)."""
+    chunks = min(chunks, num_updates)
+    return [round((i + 1) * num_updates / chunks) for i in range(chunks)]
+
+
+def notify(message: str) -> None:
+    """One line to the user on stderr (the CLI's stdout carries the summary)."""
+    print(f"sparqrl: {message}", file=sys.stderr, flush=True)
+
+
+def finished_summary(rundir: RunDir) -> dict[str, Any]:
+    return json.loads((rundir.path / SUMMARY).read_text())
+
+
+def saved_state(rundir: RunDir, abstract_state: Any) -> Any:
+    """The state of the newest intact checkpoint of a run (for `eval`); a one-line error without one."""
+    checkpointer = Checkpointer(rundir.path / "checkpoint")
+    try:
+        restored = checkpointer.restore_intact(abstract_state)
+    except DamagedCheckpoints as error:
+        raise RunFailed(f"no intact checkpoint in {rundir.path / 'checkpoint'} ({error})") from None
+    finally:
+        checkpointer.close()
+    if restored is None:
+        raise RunFailed(f"{rundir.path} has no checkpoint yet; `sparqrl train --resume {rundir.path}` trains it")
+    for step, why in restored.damaged:
+        notify(f"checkpoint at update {step} is damaged ({why}); using the one at update {restored.step}")
+    return restored.state
+
+
+def eval_summary(run: RunConfig, episodes: int, per_seed: np.ndarray) -> dict[str, Any]:
+    """What `sparqrl eval` prints: per-seed mean returns over `episodes` deterministic episodes."""
+    return {"env": run.env, "episodes_per_seed": episodes, "return_mean": float(per_seed.mean()),
+            "return_std": float(per_seed.std()), "return_per_seed": [float(x) for x in per_seed]}
+
+
+def run_session(rundir: RunDir, run: RunConfig, algo_name: str, driver: Driver, *, resuming: bool,
+                on_chunk: Callable[[int], None] | None = None) -> dict:
+    """Run one session to the end of the run and return the summary (also written to summary.json)."""
+    out = rundir.path
+    stop = StopRequests()  # from the start: Ctrl-C during set-up or compilation ends in one line too
+    session = None
+    try:
+        session = _Session(rundir, run, algo_name, driver, stop, on_chunk)
+        return session.execute(resuming)
+    except KeyboardInterrupt:
+        saved = session.save_on_interrupt() if session is not None else None
+        if saved is None:
+            raise RunInterrupted(f"interrupted before the first checkpoint; `sparqrl train --resume {out}` starts "
+                                 "the run over with its saved config") from None
+        raise RunInterrupted(f"interrupted after {saved:,} env steps per seed; checkpoint saved; continue with: "
+                             f"sparqrl train --resume {out}") from None
+    except DamagedCheckpoints as error:
+        raise RunFailed(f"no intact checkpoint in {out / 'checkpoint'} ({error}); remove that folder and run "
+                        f"`sparqrl train --resume {out}` to start the run over with its saved config") from None
+    except OSError as error:
+        raise RunFailed(_failed_write(out, error, session)) from None
+    except Exception as error:
+        cause = _os_error_in(error)  # orbax and TensorBoard's writers wrap the OSError of a full disk
+        if cause is None:
+            raise
+        raise RunFailed(_failed_write(out, cause, session)) from None
+    finally:
+        stop.close()
+        if session is not None:
+            session.close()
+        driver.close()
+
+
+def _os_error_in(error: BaseException) -> OSError | None:
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, OSError):
+            return error
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
+
+
+def _failed_write(out: Path, error: OSError, session: "_Session | None") -> str:
+    where = f" ({error.filename})" if getattr(error, "filename", None) else ""
+    kept = session.saved_env_steps if session is not None else None
+    state = (f"the run can go on from its checkpoint at {kept:,} env steps per seed" if kept
+             else "the run can start over from its saved config")
+    return f"writing to {out} failed: {os_reason(error)}{where}; {state}: fix that, then `sparqrl train --resume {out}`"
+
+
+class _Session:
+    def __init__(self, rundir: RunDir, run: RunConfig, algo_name: str, driver: Driver, stop: StopRequests,
+                 on_chunk: Callable[[int], None] | None):
+        self.rundir, self.run, self.algo_name, self.driver, self.stop = rundir, run, algo_name, driver, stop
+        self.on_chunk = on_chunk
+        self.meter = EnergyMeter(rundir.path, run.country, run.energy)
+        self.checkpointer: Checkpointer | None = None
+        self.logger: RunLogger | None = None
+        self.latest: tuple[int, int, Any] | None = None  # (chunks, updates, state) of the last logged chunk
+        self.saved_updates: int | None = None  # of the newest checkpoint (this session's or restored)
+        self.prior = {"wall_time_s": 0.0, "compile_time_s": 0.0}
+        self.wall_start = time.perf_counter()
+
+    @property
+    def saved_env_steps(self) -> int | None:
+        return None if self.saved_updates is None else self.saved_updates * self.driver.env_steps_per_update
+
+    def elapsed(self) -> float:
+        return self.prior["wall_time_s"] + time.perf_counter() - self.wall_start
+
+    def compile_time(self) -> float:
+        return self.prior["compile_time_s"] + self.driver.compile_time_s
+
+    def meta(self, chunks_done: int, updates_done: int) -> dict[str, Any]:
+        # running totals, like wall time: a resumed run's summary covers all its sessions
+        return {"chunks_done": chunks_done, "updates_done": updates_done, "wall_time_s": self.elapsed(),
+                "compile_time_s": self.compile_time(), **self.driver.meta(), **self.meter.totals()}
+
+    def save(self, chunks_done: int, updates_done: int, state: Any) -> None:
+        assert self.checkpointer is not None
+        self.checkpointer.save(updates_done, state, self.meta(chunks_done, updates_done))
+        self.saved_updates = updates_done
+
+    def save_on_interrupt(self) -> int | None:
+        """Checkpoint where the run stopped (unless saved there already); the env steps per seed saved."""
+        if self.checkpointer is None:
+            return self.saved_env_steps
+        inside = self.driver.interrupted_state()
+        if inside is not None and self.latest is not None and inside[0] > self.latest[1]:
+            chunks, updates, state = self.latest[0], inside[0], inside[1]
+        elif self.latest is not None:
+            chunks, updates, state = self.latest
+        else:
+            return self.saved_env_steps
+        if updates != self.saved_updates:
+            try:
+                self.save(chunks, updates, state)
+            except NonFiniteState:
+                pass  # the last finite checkpoint stays
+        return self.saved_env_steps
+
+    def restore(self) -> tuple[Any, int, int] | None:
+        """(state, chunks done, updates done) of the newest intact checkpoint, or None (no checkpoint:
+        the run starts from the beginning)."""
+        restored = self.checkpointer.restore_intact(self.driver.abstract_state())
+        for step, why in restored.damaged if restored else ():
+            notify(f"checkpoint at update {step} is damaged ({why}); using the newest intact one")
+        if restored is None:
+            if self.checkpointer.steps() == [] and (self.rundir.path / CONFIG).exists():
+                notify("no checkpoint yet: starting the run from the beginning with its saved config")
+            return None
+        meta = restored.meta
+        if restored.damaged:
+            notify(f"resuming from the checkpoint at update {restored.step} (chunk {meta['chunks_done']})")
+        self.prior = {k: float(meta[k]) for k in self.prior}
+        self.meter.include_prior(meta)  # the earlier sessions' energy and CO2
+        self.driver.restore_meta(meta)
+        self.saved_updates = restored.step
+        chunks = int(meta["chunks_done"])
+        # format 0 (anakin) checkpoints counted chunks, not updates
+        updates = int(meta.get("updates_done", self.driver.bounds[chunks - 1] if chunks else 0))
+        return restored.state, chunks, updates
+
+    def execute(self, resuming: bool) -> dict:
+        driver, run, stop = self.driver, self.run, self.stop
+        self.meter.start()
+        self.rundir.claim("emissions.csv")
+        self.wall_start = time.perf_counter()  # the meter's own start-up is left out of wall time
+        self.checkpointer = Checkpointer(self.rundir.claim("checkpoint"))
+        restored = self.restore() if resuming else None  # verified before anything compiles
+        stop.check()
+        driver.build()
+        stop.check()
+        state, done_chunks, updates_done = restored if restored is not None else (driver.init_state(), 0, 0)
+        self.latest = (done_chunks, updates_done, state)
+        self.rundir.claim("metrics.csv")
+        self.rundir.claim("tensorboard")
+        self.logger = RunLogger(self.rundir.path, resume_chunk=done_chunks if resuming else None,
+                                resume_step=updates_done * driver.env_steps_per_update + 1 if resuming else None)
+        bounds = driver.bounds
+        steps_per_seed = bounds[-1] * driver.env_steps_per_update
+        session_start = (updates_done * driver.env_steps_per_update, time.perf_counter())
+        driver.start(state, updates_done, stop)
+        eval_returns = None
+        progress = make_progress(run.progress)
+        with progress:
+            task = progress.add_task(f"{self.algo_name} {run.env}", total=steps_per_seed, sps=0.0, ret="-")
+            progress.update(task, completed=session_start[0])
+            for chunk in range(done_chunks, len(bounds)):
+                stop.check()
+                state, per_seed = driver.run_chunk(chunk)
+                is_last = chunk == len(bounds) - 1
+                if is_last or (run.eval_every and (chunk + 1) % run.eval_every == 0):
+                    eval_returns = driver.evaluate(state)
+                    per_seed["eval_return"] = eval_returns.mean(axis=1)
+                env_step = bounds[chunk] * driver.env_steps_per_update
+                self.logger.log(chunk + 1, env_step, self.elapsed(), per_seed)
+                self._check_finite(chunk, per_seed)
+                # Only a logged chunk may be checkpointed on Ctrl-C: a resume truncates the CSV to its
+                # checkpoint, so a row past it is redone, but a row missing before it would be lost.
+                self.latest = (chunk + 1, bounds[chunk], state)  # one assignment: an interrupt sees a consistent triple
+                rate = (env_step - session_start[0]) * run.seeds / max(time.perf_counter() - session_start[1], 1e-9)
+                progress.update(task, completed=env_step, sps=rate, ret=_fmt_return(per_seed))
+                if is_last or (chunk + 1) % run.checkpoint_every == 0:
+                    self._save_checked(chunk, state)
+                if self.on_chunk is not None:
+                    self.on_chunk(chunk + 1)
+        return self._finish(eval_returns, steps_per_seed)
+
+    def _check_finite(self, chunk: int, per_seed: dict[str, np.ndarray]) -> None:
+        for name, values in per_seed.items():
+            values = np.asarray(values, np.float64)
+            if name not in NOT_CHECKED and not np.isfinite(values).all():
+                seeds = np.flatnonzero(~np.isfinite(values)).tolist()
+                self._fail_non_finite(chunk, f"{name} is {values[seeds[0]]} for seed(s) {seeds[:8]}")
+
+    def _save_checked(self, chunk: int, state: Any) -> None:
+        try:
+            self.save(chunk + 1, self.driver.bounds[chunk], state)
+        except NonFiniteState as error:
+            self._fail_non_finite(chunk, str(error))
+
+    def _fail_non_finite(self, chunk: int, what: str) -> None:
+        first = self.driver.bounds[chunk - 1] + 1 if chunk else 1
+        kept = self.saved_env_steps
+        raise RunFailed(
+            f"training diverged in chunk {chunk + 1} (updates {first}-{self.driver.bounds[chunk]}): {what}; "
+            + (f"the last finite checkpoint ({kept:,} env steps per seed) is kept" if kept is not None
+               else "no checkpoint was written")
+            + "; lower the learning rate or check the reward scale")
+
+    def _finish(self, eval_returns: np.ndarray, steps_per_seed: int) -> dict:
+        wall = self.elapsed()
+        energy = self.meter.stop()
+        final = eval_returns.mean(axis=1)
+        excluded = self.compile_time() + self.driver.startup_s
+        summary = {
+            "algo": self.algo_name,
+            "env": self.run.env,
+            "steps": steps_per_seed,
+            "seeds": self.run.seeds,
+            "final_return_mean": float(final.mean()),
+            "final_return_std": float(final.std()),
+            "final_return_per_seed": [float(x) for x in final],
+            "eval_episodes": self.run.eval_episodes,
+            "wall_time_s": wall,
+            "env_steps_per_s": steps_per_seed * self.run.seeds / max(wall - excluded, 1e-9),
+            "compile_time_s": self.compile_time(),
+            "device": device_name(),
+            **self.driver.summary(),
+            **energy,
+        }
+        out = self.rundir.path
+        plot_returns(out / "metrics.csv", self.rundir.claim("returns.png"),
+                     f"{self.algo_name} on {self.run.env}, {self.run.seeds} seed(s)")
+        self.rundir.write_text(SUMMARY, json.dumps(summary, indent=2))  # last: its presence means finished
+        return summary
+
+    def close(self) -> None:
+        self.meter.stop()  # idempotent and never raises
+        for closer in (self.logger, self.checkpointer):
+            if closer is not None:
+                try:
+                    closer.close()
+                except Exception:  # noqa: BLE001 - closing after a failed write must not hide the failure
+                    pass
+
+
+def _fmt_return(per_seed: dict[str, np.ndarray]) -> str:
+    values = per_seed["episode_return"]
+    return "-" if np.all(np.isnan(values)) else f"{np.nanmean(values):.1f}"
+
+
+def device_name() -> str:
+    import jax
+
+    device = jax.devices()[0]
+    return f"{device.platform}:{getattr(device, 'device_kind', '')} x{jax.device_count()}"
