@@ -102,7 +102,7 @@ def _first_paragraph(boxed: str) -> str:
 
 
 def _train(argv: list[str]) -> int:
-    from sparqrl import runners
+    from sparqrl import runners, signals
 
     if "--resume" in argv:
         summary = _resume(argv)
@@ -112,6 +112,8 @@ def _train(argv: list[str]) -> int:
         algo_name, rest = argv[0], argv[1:]
         module = get_algorithm(algo_name)
         run, config = _parse(algo_name, rest, RunConfig(), module.Config())
+        if signals.requested():  # Ctrl-C while the command started: nothing written yet
+            raise KeyboardInterrupt
         summary = runners.train(algo_name, config, run)
     print(json.dumps(summary, indent=2))
     return 0
@@ -180,9 +182,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sparqrl: error: {error}", file=sys.stderr)
         return 1
     except (RunInterrupted, KeyboardInterrupt) as stop:
-        print(f"sparqrl: {stop or 'interrupted before the run started; nothing was written'}", file=sys.stderr)
+        print(f"sparqrl: {str(stop) or 'interrupted before the run started; nothing was written'}", file=sys.stderr)
         return 130
 
 
 if __name__ == "__main__":
+    from sparqrl import signals
+
+    signals.install()  # `python -m sparqrl.cli`: the flag from here on (the `sparqrl` command sets it earlier)
     sys.exit(main())

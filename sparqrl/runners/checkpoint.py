@@ -7,6 +7,8 @@ metadata) and a run never resumes from NaNs. `restore_intact` takes the newest i
 
 from __future__ import annotations
 
+import logging
+import shutil
 import zlib
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -50,8 +52,9 @@ class Checkpointer:
     """Keeps the last two checkpoints in `directory`; each holds `state` and `meta` (JSON)."""
 
     def __init__(self, directory: Path):
+        self._directory = directory.absolute()
         self._manager = ocp.CheckpointManager(
-            directory.absolute(),
+            self._directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True, enable_async_checkpointing=False),
         )
 
@@ -90,13 +93,22 @@ class Checkpointer:
         """The newest checkpoint that restores and verifies, with the damaged newer ones it passed over;
         None when there is no checkpoint at all. Raises `DamagedCheckpoints` when none is intact."""
         damaged: list[tuple[int, str]] = []
-        for step in self.steps():
-            try:
-                state, meta = self.restore(abstract_state, step)
-            except Exception as error:  # noqa: BLE001 - any failure to read a checkpoint means it is damaged
-                damaged.append((step, _one_line(error)))
-                continue
-            return Restored(state, meta, step, damaged)
+        absl = logging.getLogger("absl")
+        level = absl.level
+        absl.setLevel(logging.CRITICAL)  # orbax logs each unreadable file; the one line we give says it all
+        try:
+            for step in self.steps():
+                try:
+                    state, meta = self.restore(abstract_state, step)
+                except Exception as error:  # noqa: BLE001 - any failure to read a checkpoint means it is damaged
+                    damaged.append((step, _one_line(error)))
+                    continue
+                for bad, _ in damaged:  # the run will write these steps again
+                    shutil.rmtree(self._directory / str(bad), ignore_errors=True)
+                self._manager.reload()
+                return Restored(state, meta, step, damaged)
+        finally:
+            absl.setLevel(level)
         if damaged:
             raise DamagedCheckpoints(damaged)
         return None
@@ -113,7 +125,8 @@ class DamagedCheckpoints(Exception):
 
 def _one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
+    first = text[0].split(" See full TensorStore details")[0][:160] if text else ""
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
 def abstract_like(tree: Any) -> Any:

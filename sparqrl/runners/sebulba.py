@@ -37,7 +37,8 @@ from sparqrl.envs import evaluate_host, host_spec
 from sparqrl.runners.actors import ActorSpec, Fragment, make_pool, network_paths, quantized_copy, ray_session
 from sparqrl.runners.rundir import RunDir, start_run_dir
 from sparqrl.runners.run_config import RunConfig
-from sparqrl.runners.session import StopRequests, chunk_bounds, eval_summary, run_session, saved_state
+from sparqrl.signals import StopRequests
+from sparqrl.runners.session import chunk_bounds, eval_summary, run_session, saved_state
 
 
 class Prepared:

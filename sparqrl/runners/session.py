@@ -19,7 +19,6 @@ How each way a run can stop ends (the README's "what happens when" table, proved
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from sparqrl.signals import StopRequests
 from sparqrl.runners.checkpoint import Checkpointer, DamagedCheckpoints, NonFiniteState
 from sparqrl.runners.rundir import CONFIG, SUMMARY, RunDir, os_reason
 from sparqrl.runners.run_config import RunConfig
@@ -43,29 +43,6 @@ class RunInterrupted(Exception):
 class RunFailed(Exception):
     """A run that cannot go on (non-finite values, a failed write, no intact checkpoint): one line
     that says what happened and what the folder still holds."""
-
-
-class StopRequests:
-    """Ctrl-C and SIGTERM become a flag that a runner checks at safe points (`check` raises
-    KeyboardInterrupt there). Raised anywhere else, the interrupt could land inside TensorBoard's or
-    orbax's writers (and hang the final close) or, on the host runner, while donated buffers are in
-    flight. Both signals are taken over explicitly: a process started with SIGINT ignored (as
-    pytest-xdist workers start their children) would otherwise run on through Ctrl-C."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous = {sig: signal.signal(sig, self._request) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def _request(self, signum: int, frame: Any) -> None:  # noqa: ARG002 - signal handler signature
-        self.requested = True
-
-    def check(self) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-
-    def close(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 class Driver(Protocol):
@@ -220,7 +197,7 @@ class _Session:
             chunks, updates, state = self.latest
         else:
             return self.saved_env_steps
-        if updates != self.saved_updates:
+        if updates and updates != self.saved_updates:  # (the initial state is made again from the seed)
             try:
                 self.save(chunks, updates, state)
             except NonFiniteState:
@@ -293,6 +270,8 @@ class _Session:
                     self._save_checked(chunk, state)
                 if self.on_chunk is not None:
                     self.on_chunk(chunk + 1)
+        if eval_returns is None:  # resumed after the last checkpoint, before the summary was written
+            eval_returns = driver.evaluate(state)
         return self._finish(eval_returns, steps_per_seed)
 
     def _check_finite(self, chunk: int, per_seed: dict[str, np.ndarray]) -> None:

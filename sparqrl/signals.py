@@ -1,0 +1,56 @@
+"""Ctrl-C and SIGTERM as a flag, from the first line the command runs.
+
+The command line installs the flag before its heavy imports (`sparqrl.entry`): a signal during imports,
+set-up or XLA's compilation is then never a KeyboardInterrupt raised wherever Python happens to be (a
+traceback, or one swallowed by a garbage-collection callback so the run went on), but a flag that the
+run checks at its safe points (`StopRequests.check`). This module imports nothing heavy on purpose.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_requested = False
+
+
+def _request(signum: int, frame: Any) -> None:  # noqa: ARG001 - signal handler signature
+    global _requested
+    _requested = True
+
+
+def install() -> dict[int, Any]:
+    """Take both signals over; returns the handlers they had."""
+    return {sig: signal.signal(sig, _request) for sig in SIGNALS}
+
+
+def requested() -> bool:
+    return _requested
+
+
+class StopRequests:
+    """Ctrl-C and SIGTERM become a flag that a runner checks at safe points (`check` raises
+    KeyboardInterrupt there). Raised anywhere else, the interrupt could land inside TensorBoard's or
+    orbax's writers (and hang the final close) or, on the host runner, while donated buffers are in
+    flight. Both signals are taken over explicitly: a process started with SIGINT ignored (as
+    pytest-xdist workers start their children) would otherwise run on through Ctrl-C. A signal that
+    arrived before (the command line's flag, installed at its start) counts."""
+
+    def __init__(self) -> None:
+        global _requested
+        self._previous = install()
+        if any(handler is not _request for handler in self._previous.values()):
+            _requested = False  # a new run from Python: an earlier run's Ctrl-C is not this one's
+
+    @property
+    def requested(self) -> bool:
+        return _requested
+
+    def check(self) -> None:
+        if _requested:
+            raise KeyboardInterrupt
+
+    def close(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
