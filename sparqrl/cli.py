@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import io
 import json
 import sys
@@ -77,6 +78,11 @@ def _parse(algo_name: str, argv: list[str], run: RunConfig, config: Any) -> tupl
 def _quiet_tyro(cls: Any, argv: list[str], prog: str, default: Any) -> Any:
     """tyro.cli, with its boxed multi-line error turned into our one-line `ConfigError` (help passes)."""
     captured = io.StringIO()
+    # No garbage collection while tyro parses our source with `ast`: on CPython 3.11.7 a collection
+    # running a Python gc callback (JAX registers one) inside ast.parse raises "SystemError: AST
+    # constructor recursion depth mismatch" (CPython gh-106905, fixed in 3.11.8).
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         with contextlib.redirect_stderr(captured):
             return tyro.cli(cls, args=argv, prog=prog, default=default)
@@ -85,6 +91,9 @@ def _quiet_tyro(cls: Any, argv: list[str], prog: str, default: Any) -> Any:
             sys.stderr.write(captured.getvalue())
             raise
         raise cfg.ConfigError(_first_paragraph(captured.getvalue()) + f" (see {prog} --help)") from None
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _first_paragraph(boxed: str) -> str:
