@@ -1,10 +1,12 @@
 import dataclasses
+import json
 
 import pytest
 
 from sparqrl import cli
 from sparqrl.algos import dqn, ppo
 from sparqrl.config import ConfigError, override, parse_set
+from sparqrl.runners.rundir import start_run_dir
 
 
 def run_cli(capsys, *argv):
@@ -13,25 +15,52 @@ def run_cli(capsys, *argv):
     return code, captured.out, captured.err
 
 
+BIG = "100000000000"
+
+
 @pytest.mark.parametrize(
     "argv, words",
     [
         (["train", "ppo", "--steps", "-5"], ["steps", "-5", "positive"]),
         (["train", "ppo", "--steps", "0"], ["steps", "0"]),
+        (["train", "ppo", "--steps", "1e20"], ["--steps", "1e20"]),
+        (["train", "ppo", "--steps", BIG], ["total_timesteps", BIG, "32-bit"]),
+        (["train", "ppo", "--set", "total_timesteps=1e20"], ["total_timesteps", "32-bit"]),
+        (["train", "ppo", "--seeds", BIG], ["seeds", BIG, "32-bit"]),
+        (["train", "ppo", "--seeds", "100000"], ["seeds", "100000", "65,536"]),
+        (["train", "ppo", "--seeds", "abc"], ["--seeds", "abc"]),
+        (["train", "ppo", "--seeds", "0"], ["seeds", "0"]),
+        (["train", "ppo", "--seed", BIG], ["seed", BIG]),
         (["train", "ppo", "--set", "num_minibatches=3"], ["num_minibatches", "3"]),
         (["train", "a2c"], ["algo", "a2c", "ppo", "dqn"]),
+        (["train"], ["ALGO"]),
+        (["train", "ppo", "--bogus", "3"], ["--bogus"]),
         (["train", "ppo", "--set", "lrr=0.1"], ["lrr", "lr"]),
+        (["train", "ppo", "--set", "lr"], ["--set", "key=value"]),
+        (["train", "ppo", "--set", "lr=inf"], ["lr", "inf", "finite"]),
+        (["train", "ppo", "--set", "lr=nan"], ["lr", "nan", "finite"]),
+        (["train", "ppo", "--set", "lr=-1"], ["lr", "-1"]),
+        (["train", "ppo", "--set", "max_grad_norm=-inf"], ["max_grad_norm", "finite"]),
+        (["train", "ppo", "--set", "lr=fast"], ["lr", "fast", "float"]),
+        (["train", "ppo", "--set", "gamma=1.5"], ["gamma", "1.5"]),
+        (["train", "ppo", "--set", "num_envs=2.5"], ["num_envs", "2.5"]),
         (["train", "ppo", "--env", "CartPole-v9"], ["env", "CartPole-v9", "CartPole-v1"]),
         (["train", "dqn", "--env", "Pendulum-v1"], ["Pendulum-v1", "discrete"]),
-        (["train", "ppo", "--set", "gamma=1.5"], ["gamma", "1.5"]),
-        (["train", "ppo", "--set", "lr=fast"], ["lr", "fast", "float"]),
-        (["train", "ppo", "--seeds", "0"], ["seeds", "0"]),
+        (["train", "ppo", "--env", "gym:CartPole-v1"], ["algo", "ppo", "gym:NAME"]),
+        (["train", "ppo", "--chunks", "0"], ["chunks", "0"]),
+        (["train", "ppo", "--eval-episodes", "-1"], ["eval_episodes", "-1"]),
+        (["train", "ppo", "--country", "XYZ"], ["country", "XYZ"]),
+        (["train", "dqn", "--env", "gym:CartPole-v1", "--actors", "0"], ["actors", "0"]),
+        (["train", "dqn", "--env", "gym:CartPole-v1", "--ray-address", "auto", "--backend", "inline"],
+         ["ray_address", "ray backend"]),
         (["eval", "/nonexistent/run"], ["DIR", "/nonexistent/run"]),
+        (["train", "--resume", "/nonexistent/run"], ["resume", "/nonexistent/run"]),
+        (["train", "--resume"], ["--resume"]),
     ],
 )
 def test_bad_input_is_one_line_error_before_any_work(capsys, tmp_path, argv, words):
     out = tmp_path / "run"
-    if argv[0] == "train":
+    if argv[0] == "train" and "--resume" not in argv:
         argv = argv + ["--out", str(out)]
     code, _, err = run_cli(capsys, *argv)
     assert code == 2
@@ -40,6 +69,67 @@ def test_bad_input_is_one_line_error_before_any_work(capsys, tmp_path, argv, wor
     for word in words:
         assert word in lines[0], (word, lines[0])
     assert not out.exists()  # nothing was written (and nothing compiled: the check comes first)
+
+
+@pytest.fixture
+def unstarted_run(tmp_path):
+    """A PPO run folder as a run interrupted during compilation leaves it: manifest and config.json."""
+    run = cli.RunConfig(out=str(tmp_path / "run"), chunks=2, progress=False, energy=False)
+    start_run_dir("ppo", ppo.Config(total_timesteps=2 * 512), run)
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["dqn"], ["ALGO", "dqn", "trains ppo"]),
+        (["--steps", "-5"], ["steps", "-5"]),
+        (["--seeds", "3"], ["seeds=3", "saved: 1"]),
+        (["--set", "lr=0.1", "--chunks", "7"], ["lr=0.1", "chunks=7"]),
+        (["--out", "elsewhere"], ["out='elsewhere'"]),
+    ],
+)
+def test_resume_rejects_flags_that_contradict_the_run(capsys, unstarted_run, extra, words):
+    before = {p.name: p.read_bytes() for p in unstarted_run.iterdir() if p.is_file()}
+    argv = ["train", *extra[:1], "--resume", str(unstarted_run), *extra[1:]] if extra[0] == "dqn" else \
+        ["train", "--resume", str(unstarted_run), *extra]
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sparqrl: error:"), err
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    assert {p.name: p.read_bytes() for p in unstarted_run.iterdir() if p.is_file()} == before
+
+
+def test_out_holding_other_files_is_refused_even_with_overwrite(capsys, tmp_path):
+    """The data-loss bug: `--overwrite` on a folder of the user's deleted it whole."""
+    out = tmp_path / "x"
+    out.mkdir()
+    (out / "thesis.txt").write_text("important")
+    code, _, err = run_cli(capsys, "train", "ppo", "--steps", "100000000000000000000", "--out", str(out), "--overwrite")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli(capsys, "train", "ppo", "--out", str(out), "--overwrite")
+    assert code == 2 and "not a sparqrl run" in err
+    assert [p.name for p in out.iterdir()] == ["thesis.txt"] and (out / "thesis.txt").read_text() == "important"
+
+
+def test_a_newer_run_format_says_why_it_cannot_load(capsys, unstarted_run):
+    manifest = unstarted_run / "sparqrl-run.json"
+    manifest.write_text(json.dumps({"format": 99, "files": ["config.json"]}))
+    code, _, err = run_cli(capsys, "train", "--resume", str(unstarted_run))
+    assert code == 2 and "format 99" in err and "upgrade" in err
+
+
+def test_a_format0_run_is_recognised_and_overwritten_by_its_files_only(capsys, unstarted_run):
+    """Runs written before manifests (format 0): recognised by config.json, and only its own files go."""
+    (unstarted_run / "sparqrl-run.json").unlink()
+    (unstarted_run / "mine.txt").write_text("keep")
+    code, _, err = run_cli(capsys, "train", "ppo", "--out", str(unstarted_run))
+    assert code == 2 and "--overwrite" in err
+    run = cli.RunConfig(out=str(unstarted_run), overwrite=True)
+    start_run_dir("ppo", ppo.Config(), run)
+    assert sorted(p.name for p in unstarted_run.iterdir()) == ["config.json", "mine.txt", "sparqrl-run.json"]
 
 
 @pytest.mark.parametrize("algo, module", [("ppo", ppo), ("dqn", dqn)])

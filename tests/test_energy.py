@@ -199,7 +199,7 @@ def test_run_summary_has_the_energy_of_all_its_sessions(tmp_path):
 
     checkpointer = Checkpointer(out / "checkpoint")
     try:  # the meta of the checkpoint the run resumes from (the state itself is not needed here)
-        meta = checkpointer._manager.restore(checkpointer.latest_step(), args=_meta_only())["meta"]
+        meta = checkpointer._manager.restore(checkpointer.steps()[0], args=_meta_only())["meta"]
     finally:
         checkpointer.close()
     assert 0 < meta["energy_kwh"] <= float(first[0]["energy_consumed"]) and meta["energy_sessions"] == 1

@@ -57,6 +57,10 @@ def test_run_leaves_everything_behind(tmp_path):
     assert code == 0
     again = evaluate_saved(out)
     assert again["return_per_seed"] == saved["final_return_per_seed"]
+    # resuming a finished run says so, exits 0 and changes nothing (no recompile, no doubled times)
+    files = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.rglob("*") if p.is_file()}
+    assert cli.main(["train", "--resume", str(out)]) == 0
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.rglob("*") if p.is_file()} == files
 
 
 def test_overwrite_replaces_only_a_run_and_only_its_files(tmp_path):
