@@ -26,7 +26,7 @@ from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM
 from sparqrl.envs import Env, make_env
 from sparqrl.runners.rundir import RunDir, open_run_dir, start_run_dir
 from sparqrl.runners.run_config import RunConfig
-from sparqrl.runners.session import chunk_bounds, eval_summary, run_session, saved_state
+from sparqrl.runners.session import check_memory, chunk_bounds, eval_summary, run_session, saved_state
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,8 +169,9 @@ def prepare(algo_name: str, algo_config: Any, run: RunConfig) -> tuple[Any, Any,
 def train(algo_name: str, algo_config: Any, run: RunConfig, *, on_chunk: Callable[[int], None] | None = None) -> dict:
     """Train from scratch; returns the summary (also written to `run.out/summary.json`)."""
     module, algo_config, env = prepare(algo_name, algo_config, run)
-    rundir = start_run_dir(algo_name, algo_config, run)
     driver = AnakinDriver(module.make_algorithm(algo_config, env), env, run)
+    check_memory(driver.abstract_state(), run)
+    rundir = start_run_dir(algo_name, algo_config, run)
     return run_session(rundir, run, algo_name, driver, resuming=False, on_chunk=on_chunk)
 
 

@@ -38,7 +38,7 @@ from sparqrl.runners.actors import ActorSpec, Fragment, make_pool, network_paths
 from sparqrl.runners.rundir import RunDir, start_run_dir
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.signals import StopRequests
-from sparqrl.runners.session import chunk_bounds, eval_summary, run_session, saved_state
+from sparqrl.runners.session import check_memory, chunk_bounds, eval_summary, run_session, saved_state
 
 
 class Prepared:
@@ -61,6 +61,7 @@ class Prepared:
         self.policy_fn = jax.jit(jax.vmap(self.al.policy))
         keys = jax.random.split(jax.random.PRNGKey(run.seed), run.seeds)
         self.learner_shape = jax.eval_shape(jax.vmap(self.al.init), keys)
+        check_memory(self.learner_shape, run)
         policy_shape = jax.eval_shape(jax.vmap(self.al.policy), self.learner_shape)
         one = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), policy_shape)
         self.paths = network_paths(self.al.acting, one, self.spec.observation_shape)

@@ -19,6 +19,8 @@ How each way a run can stop ends (the README's "what happens when" table, proved
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,6 +28,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from sparqrl.config import ConfigError
 from sparqrl.signals import StopRequests
 from sparqrl.runners.checkpoint import Checkpointer, DamagedCheckpoints, NonFiniteState
 from sparqrl.runners.rundir import CONFIG, SUMMARY, RunDir, os_reason
@@ -70,6 +73,31 @@ def chunk_bounds(num_updates: int, chunks: int) -> list[int]:
     """Cumulative update counts at the end of each chunk (as even as possible)."""
     chunks = min(chunks, num_updates)
     return [round((i + 1) * num_updates / chunks) for i in range(chunks)]
+
+
+def check_memory(abstract_state: Any, run: RunConfig) -> None:
+    """The training state must fit the devices' memory: checked on shapes alone, before anything is
+    allocated, compiled or written (an absurd buffer or seed count would otherwise end in an
+    out-of-memory error from XLA, or the kernel's OOM killer, after the folder was written)."""
+    import jax
+
+    need = sum(math.prod(s.shape) * np.dtype(s.dtype).itemsize for s in jax.tree.leaves(abstract_state))
+    have = memory_bytes()
+    if need > have:
+        raise ConfigError(
+            f"the training state of this run needs {need / 2**30:,.1f} GiB ({run.seeds} seed(s)), more than the "
+            f"{have / 2**30:,.1f} GiB of memory of {device_name()}; lower seeds, buffer_size, num_envs or the "
+            "network sizes")
+
+
+def memory_bytes() -> int:
+    """Memory of all devices: an accelerator's own (its allocator's limit), else the host's RAM."""
+    import jax
+
+    stats = [d.memory_stats() or {} for d in jax.devices()]
+    if all("bytes_limit" in s for s in stats):
+        return sum(int(s["bytes_limit"]) for s in stats)
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def notify(message: str) -> None:
