@@ -12,6 +12,7 @@ import gc
 import io
 import json
 import sys
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Generic, Sequence, TypeVar
 
@@ -162,7 +163,11 @@ def _eval(argv: list[str]) -> int:
 
     from sparqrl import runners
 
-    parser = argparse.ArgumentParser(prog="sparqrl eval", description="Evaluate the saved policy of a run.")
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> typing.NoReturn:  # one line, as every other bad input
+            raise cfg.ConfigError(f"{message} (see sparqrl eval --help)")
+
+    parser = Parser(prog="sparqrl eval", description="Evaluate the saved policy of a run.")
     parser.add_argument("dir", help="output directory of a run")
     parser.add_argument("--episodes", type=int, default=None, help="episodes per seed (default: the run's)")
     parser.add_argument("--seed", type=int, default=None, help="evaluation seed (default: the run's)")

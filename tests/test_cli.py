@@ -56,6 +56,8 @@ BIG = "100000000000"
         (["train", "dqn", "--seeds", "8", "--set", "buffer_size=2000000000"], ["GiB", "buffer_size"]),
         (["train", "ppo", "--seeds", "65536", "--set", "hidden=4096,4096"], ["GiB", "65536 seed(s)"]),
         (["eval", "/nonexistent/run"], ["DIR", "/nonexistent/run"]),
+        (["eval", "/nonexistent/run", "--episodes", "many"], ["--episodes", "many"]),
+        (["eval"], ["dir"]),
         (["train", "--resume", "/nonexistent/run"], ["resume", "/nonexistent/run"]),
         (["train", "--resume"], ["--resume"]),
     ],
