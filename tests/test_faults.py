@@ -32,13 +32,22 @@ from sparqrl.telemetry import RunLogger
 RUN = ["train", "ppo", "--steps", str(20 * 512), "--chunks", "10", "--checkpoint-every", "2", "--eval-every", "5",
        "--eval-episodes", "2", "--seeds", "2", "--no-progress", "--no-energy"]
 
-# A child process running the CLI as the `sparqrl` command does (the signal flag first). With
+# A child process running the CLI as the `sparqrl` command does (the signal flag first). With "slow"
+# it pauses 0.3 s after logging each chunk, so that a signal sent once k chunks are logged lands in
+# chunk k + 1 however fast the machine (the whole run takes well under a second after compiling). With
 # "finalize N" it SIGKILLs itself inside its Nth checkpoint write: the data is written, the checkpoint
 # not yet renamed into place.
 DRIVER = """
-import os, signal, sys
+import os, signal, sys, time
 from sparqrl import signals
 signals.install()
+if sys.argv[1] == "slow":
+    from sparqrl.telemetry import logger
+    log = logger.RunLogger.log
+    def slow_log(self, *a, **k):
+        log(self, *a, **k)
+        time.sleep(0.3)
+    logger.RunLogger.log = slow_log
 if sys.argv[1] == "finalize":
     from orbax.checkpoint._src.path import atomicity
     calls = {"n": 0}
@@ -113,7 +122,7 @@ def test_killed_run_resumes_to_the_uninterrupted_metrics(tmp_path, whole, sig, w
         proc = start(out, "finalize", str(k))
         proc.wait(timeout=600)
     else:
-        proc = start(out)
+        proc = start(out, "slow")
         if when == "compile":
             wait_for(lambda: (out / "config.json").exists(), proc)
         else:
