@@ -164,3 +164,35 @@ def test_ctrl_c_leaves_a_resumable_run(tmp_path):
     assert summary["steps"] == 2000 * 512
     chunks = [int(line.split(",")[0]) for line in metrics.read_text().strip().splitlines()[1:]]
     assert chunks == list(range(1, 2001))
+
+
+def test_one_chunk_and_many_give_identical_parameters(tmp_path):
+    """Chunks only decide where the host loop looks in: the trained parameters do not change."""
+    config = ppo.Config(total_timesteps=8 * 512)
+    train("ppo", config, small_run(tmp_path / "one", chunks=1, eval_every=0))
+    train("ppo", config, small_run(tmp_path / "many", chunks=8, eval_every=0))
+    for a, b in zip(jax.tree.leaves(load_state(tmp_path / "one")[-1]), jax.tree.leaves(load_state(tmp_path / "many")[-1]),
+                    strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_cached_compilation_gives_identical_results(tmp_path):
+    """The second run of a configuration takes every program from the persistent compilation cache (it
+    adds no entry) and computes the same metrics; --no-compile-cache neither reads nor writes it."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "JAX_PLATFORMS": "cpu"}
+    cache = tmp_path / "cache" / "sparqrl" / "xla"
+    base = [sys.executable, "-m", "sparqrl.cli", "train", "ppo", "--steps", str(4 * 512), "--chunks", "2",
+            "--eval-episodes", "2", "--no-progress", "--no-energy"]
+    entries = []
+    for name, extra in (("first", []), ("second", []), ("uncached", ["--no-compile-cache"])):
+        proc = subprocess.run([*base, "--out", str(tmp_path / name), *extra], env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        entries.append(sorted(p.name for p in cache.iterdir()))
+    assert entries[0] and entries[1] == entries[0] == entries[2]
+
+    def rows(name):
+        lines = (tmp_path / name / "metrics.csv").read_text().strip().splitlines()
+        return [line.split(",")[:3] + line.split(",")[4:] for line in lines]
+
+    assert rows("first") == rows("second") == rows("uncached")

@@ -13,11 +13,12 @@ from sparqrl.envs import is_host_env
 from sparqrl.runners import anakin, sebulba
 from sparqrl.runners.rundir import open_run_dir
 from sparqrl.runners.run_config import RunConfig
-from sparqrl.runners.session import RunFailed, RunInterrupted, finished_summary, notify
+from sparqrl.runners.session import RunFailed, RunInterrupted, finished_summary, notify, use_compile_cache
 
 
 def train(algo_name: str, algo_config: Any, run: RunConfig, **kwargs: Any) -> dict:
     """Train from scratch; returns the summary (also written to `run.out/summary.json`)."""
+    use_compile_cache(run.compile_cache)
     if is_host_env(run.env):
         return sebulba.train(algo_name, algo_config, run)
     return anakin.train(algo_name, algo_config, run, **kwargs)
@@ -33,6 +34,7 @@ def resume(out_dir: str | Path, progress: bool | None = None, **kwargs: Any) -> 
     if rundir.finished:
         notify(f"{out_dir} is a finished run ({run.env}, {algo_name}); nothing to do")
         return finished_summary(rundir)
+    use_compile_cache(run.compile_cache)
     if is_host_env(run.env):
         return sebulba.resume(rundir, algo_name, algo_config, run)
     return anakin.resume(rundir, algo_name, algo_config, run, **kwargs)

@@ -38,7 +38,12 @@ class RunConfig:
     checkpoint_every: int = 5
     """Save a checkpoint every this many chunks (and always at the end and on Ctrl-C)."""
     progress: bool = True
-    """Draw the progress bar."""
+    """Show progress: a live bar on a terminal; otherwise (CI, a log file, nohup) a complete line every ~5 %
+    of the run (env steps, return, steps/s, ETA)."""
+    compile_cache: bool = True
+    """Keep compiled programs in JAX's persistent compilation cache ($XDG_CACHE_HOME/sparqrl/xla, default
+    ~/.cache/sparqrl/xla), so a second run of the same configuration skips XLA's compilation. From Python,
+    the first run of a process decides for the whole process."""
     energy: bool = True
     """Measure the run's energy and CO2 with codecarbon's offline tracker (never online): summary.json gets
     energy_kwh, co2_kg and energy_method (how power was read: RAPL, NVML, or codecarbon's estimate), and

@@ -75,6 +75,22 @@ def chunk_bounds(num_updates: int, chunks: int) -> list[int]:
     return [round((i + 1) * num_updates / chunks) for i in range(chunks)]
 
 
+def compile_cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sparqrl" / "xla"
+
+
+def use_compile_cache(enabled: bool) -> None:
+    """Turn JAX's persistent compilation cache on (every program, however quick to compile) or off. JAX
+    settles this at the first compilation of a process: call it before anything is compiled."""
+    import jax
+
+    if enabled:
+        jax.config.update("jax_compilation_cache_dir", str(compile_cache_dir()))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    jax.config.update("jax_enable_compilation_cache", enabled)
+
+
 def check_memory(abstract_state: Any, run: RunConfig) -> None:
     """The training state must fit the devices' memory: checked on shapes alone, before anything is
     allocated, compiled or written (an absurd buffer or seed count would otherwise end in an
