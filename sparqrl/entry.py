@@ -7,9 +7,10 @@ import sys
 
 
 def main() -> None:
-    from sparqrl import signals
+    from sparqrl import devices, signals
 
     signals.install()
+    devices.spread_seeds(sys.argv[1:])  # before JAX is imported
     from sparqrl.cli import main as cli_main
 
     sys.exit(cli_main())

@@ -24,6 +24,7 @@ from sparqrl import config as cfg
 from sparqrl.algos import Algorithm, evaluate, get_algorithm
 from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM
 from sparqrl.envs import Env, make_env
+from sparqrl.devices import seed_spread
 from sparqrl.runners.rundir import RunDir, open_run_dir, start_run_dir
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.runners.session import check_memory, chunk_bounds, eval_summary, run_session, saved_state
@@ -150,7 +151,8 @@ class AnakinDriver:
         pass
 
     def summary(self) -> dict[str, Any]:
-        return {"devices_used": len(self.sharding.mesh.devices.flat), **self.algo.summary}
+        used = len(self.sharding.mesh.devices.flat)
+        return {"devices_used": used, "seed_spread": seed_spread(used), **self.algo.summary}
 
     def close(self) -> None:
         self._inflight = None

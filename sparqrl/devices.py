@@ -1,0 +1,83 @@
+"""Spreading seeds over a CPU's cores: XLA runs one CPU "device" per process unless told before JAX is
+imported (`--xla_force_host_platform_device_count`), and the on-device runner shards the seed axis
+over as many devices as divide the seed count. The `sparqrl` command decides this before importing JAX
+(`sparqrl.entry`); from Python, set the flag yourself before the first `import jax`:
+
+    import os
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"   # e.g. 2 cores
+    from sparqrl.runners import RunConfig, train
+
+This module imports nothing heavy: it runs before JAX is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+FLAG = "--xla_force_host_platform_device_count"
+CHOICE_ENV = "SPARQRL_SEED_SPREAD"  # what the command decided, for summary.json
+# Measured (BENCHMARKS.md, "Seeds over cores"): below this many seeds per device, one device was as fast.
+MIN_SEEDS_PER_DEVICE = 8
+
+
+def cpu_devices_for(seeds: int, cores: int) -> int:
+    """The CPU devices to spread `seeds` over: the most that divide the seeds, at most one per core, with
+    at least MIN_SEEDS_PER_DEVICE seeds each (1: do not spread; a 1-seed run is never slowed)."""
+    best = 1
+    for devices in range(2, cores + 1):
+        if seeds % devices == 0 and seeds // devices >= MIN_SEEDS_PER_DEVICE:
+            best = devices
+    return best
+
+
+def _option(argv: list[str], flag: str, field: str) -> str | None:
+    """The value of `--flag V`, `--flag=V` or `--set field=V` (the last one given)."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+        elif arg == "--set" and i + 1 < len(argv) and argv[i + 1].startswith(field + "="):
+            value = argv[i + 1].split("=", 1)[1]
+    return value
+
+
+def _run_of(argv: list[str]) -> tuple[str, int] | None:
+    """(env, seeds) of the `train` command in argv (a resumed run's from its config.json), or None."""
+    if not argv or argv[0] != "train":
+        return None
+    if "--resume" in argv:
+        i = argv.index("--resume")
+        try:
+            run = json.loads((Path(argv[i + 1]) / "config.json").read_text())["run"]
+            return str(run["env"]), int(run["seeds"])
+        except (IndexError, OSError, ValueError, KeyError, TypeError):
+            return None
+    try:
+        return _option(argv, "--env", "env") or "CartPole-v1", int(_option(argv, "--seeds", "seeds") or 1)
+    except ValueError:
+        return None  # the command's own parsing reports the bad value
+
+
+def spread_seeds(argv: list[str]) -> None:
+    """Before JAX is imported: on a CPU with several cores, give XLA one device per core for a device
+    run with enough seeds. A user's own XLA_FLAGS device count, or a platform other than the CPU
+    chosen with JAX_PLATFORMS, is left alone."""
+    run = _run_of(argv)
+    flags = os.environ.get("XLA_FLAGS", "")
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    if run is None or run[0].startswith("gym:") or FLAG in flags or (platforms and "cpu" not in platforms):
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    devices = cpu_devices_for(run[1], cores)
+    if devices > 1:
+        os.environ["XLA_FLAGS"] = f"{flags} {FLAG}={devices}".strip()
+        os.environ[CHOICE_ENV] = f"{devices} CPU devices (auto: {run[1]} seeds over {cores} cores)"
+
+
+def seed_spread(devices_used: int) -> str:
+    """How the seeds were spread, for summary.json."""
+    return os.environ.get(CHOICE_ENV) or f"{devices_used} device(s)"

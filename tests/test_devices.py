@@ -1,0 +1,45 @@
+import os
+
+import pytest
+
+from sparqrl import devices
+
+
+def test_seeds_are_spread_only_when_each_device_gets_enough():
+    assert devices.cpu_devices_for(1, 2) == 1  # a 1-seed run is never slowed
+    assert devices.cpu_devices_for(8, 2) == 1
+    assert devices.cpu_devices_for(16, 2) == 2
+    assert devices.cpu_devices_for(64, 16) == 8
+    assert devices.cpu_devices_for(63, 2) == 1  # no device count divides 63 seeds under 2 cores
+    assert devices.cpu_devices_for(64, 1) == 1
+
+
+@pytest.mark.parametrize(
+    "argv, env, expected",
+    [
+        (["train", "ppo", "--seeds", "64"], {}, "=2"),
+        (["train", "ppo", "--seeds=64"], {}, "=2"),
+        (["train", "ppo", "--set", "seeds=64"], {}, "=2"),
+        (["train", "ppo", "--seeds", "4"], {}, None),
+        (["train", "ppo", "--seeds", "64", "--env", "gym:CartPole-v1"], {}, None),
+        (["train", "ppo", "--seeds", "64"], {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}, "=1"),
+        (["train", "ppo", "--seeds", "64"], {"JAX_PLATFORMS": "cuda"}, None),
+        (["train", "ppo", "--seeds", "many"], {}, None),
+        (["eval", "runs/a"], {}, None),
+    ],
+)
+def test_the_command_decides_before_jax_is_imported(monkeypatch, argv, env, expected):
+    for name in ("XLA_FLAGS", "JAX_PLATFORMS", devices.CHOICE_ENV):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    devices.spread_seeds(argv)
+    flags = os.environ.get("XLA_FLAGS", "")
+    if expected is None:
+        assert devices.FLAG not in flags
+    else:
+        assert f"{devices.FLAG}{expected}" in flags
+    assert (devices.CHOICE_ENV in os.environ) == (expected == "=2")
+    if expected == "=2":
+        assert devices.seed_spread(2) == "2 CPU devices (auto: 64 seeds over 2 cores)"
