@@ -29,7 +29,8 @@ from sparqrl.runners.session import _Session
 from sparqrl.telemetry import RunLogger
 
 # 20 PPO updates of 512 env steps in 10 chunks, a checkpoint every 2: the run every fault test cuts.
-RUN = ["train", "ppo", "--steps", str(20 * 512), "--chunks", "10", "--checkpoint-every", "2", "--eval-every", "5",
+RUN = ["train", "ppo", "--steps", str(20 * 512), "--chunks", "10", "--checkpoint-every", "2", "--checkpoint-interval-s", "0",
+       "--eval-every", "5",
        "--eval-episodes", "2", "--seeds", "2", "--no-progress", "--no-energy"]
 
 # A child process running the CLI as the `sparqrl` command does (the signal flag first). With "slow"

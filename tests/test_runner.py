@@ -28,7 +28,8 @@ SMALL = {
 
 
 def small_run(out: Path, **kw) -> RunConfig:
-    base = dict(env="CartPole-v1", seeds=2, out=str(out), chunks=6, checkpoint_every=1, eval_every=2,
+    base = dict(env="CartPole-v1", seeds=2, out=str(out), chunks=6, checkpoint_every=1, checkpoint_interval_s=0.0,
+                eval_every=2,
                 eval_episodes=3, progress=False)
     return RunConfig(**{**base, **kw})
 

@@ -34,6 +34,22 @@ from sparqrl.runners.session import check_memory, chunk_bounds, eval_summary, ru
 # Pure building blocks
 
 
+def over_seeds(fn: Callable, in_axes: tuple = (0,)) -> Callable:
+    """`jax.vmap(fn, in_axes)`, except that a seed axis of size 1 (one seed per device) is indexed out
+    instead of vmapped: XLA:CPU runs PPO's update ~5 % slower vmapped over a unit axis, and compiles the
+    vmapped init and evaluation programs more slowly."""
+    batched = jax.vmap(fn, in_axes=in_axes)
+
+    def wrapped(*args: Any) -> Any:
+        seeds = next(jax.tree.leaves(a)[0].shape[0] for a, ax in zip(args, in_axes) if ax == 0)
+        if seeds != 1:
+            return batched(*args)
+        args = [jax.tree.map(lambda x: x[0], a) if ax == 0 else a for a, ax in zip(args, in_axes)]
+        return jax.tree.map(lambda x: x[None], fn(*args))
+
+    return wrapped
+
+
 def chunk_program(algo: Algorithm) -> Callable[[Any, jax.Array], tuple[Any, dict[str, jax.Array]]]:
     """`(state [S], n) -> (state [S], metrics [S])`: n updates per seed, metrics reduced on device.
 
@@ -58,7 +74,7 @@ def chunk_program(algo: Algorithm) -> Callable[[Any, jax.Array], tuple[Any, dict
         out["episodes"] = count
         return state, out
 
-    return jax.vmap(one_seed, in_axes=(0, None))
+    return over_seeds(one_seed, (0, None))
 
 
 def per_device(fn: Callable, sharding: NamedSharding, in_specs: tuple, out_specs: Any) -> Callable:
@@ -106,14 +122,12 @@ class AnakinDriver:
         start = time.perf_counter()
         algo, env, run, sharding = self.algo, self.env, self.run, self.sharding
         seeds, replicated = PartitionSpec("seeds"), PartitionSpec()
-        self._init = jax.jit(per_device(jax.vmap(algo.init), sharding, (seeds,), seeds)).lower(self.keys).compile()
+        self._init = jax.jit(per_device(over_seeds(algo.init), sharding, (seeds,), seeds)).lower(self.keys).compile()
         abstract = self.abstract_state()
         chunk_fn = per_device(chunk_program(algo), sharding, (seeds, replicated), (seeds, seeds))
         self._chunk = jax.jit(chunk_fn).lower(abstract, jnp.int32(1)).compile()
 
-        def eval_all(state, keys):
-            policy = jax.vmap(algo.policy)(state)
-            return jax.vmap(lambda p, k: evaluate(env, algo.act, p, k, run.eval_episodes))(policy, keys)
+        eval_all = over_seeds(lambda s, k: evaluate(env, algo.act, algo.policy(s), k, run.eval_episodes), (0, 0))
 
         self._evaluate = jax.jit(per_device(eval_all, sharding, (seeds, seeds), seeds)).lower(
             abstract, self.eval_keys).compile()
@@ -205,6 +219,5 @@ def evaluate_saved(rundir: RunDir, algo_name: str, algo_config: Any, run: RunCon
     algo = module.make_algorithm(algo_config, env)
     state = saved_state(rundir, _abstract_init(algo, run))
     keys = eval_keys(run.seed if seed is None else seed, run.seeds)
-    policy = jax.vmap(algo.policy)(state)
-    returns = jax.jit(jax.vmap(lambda p, k: evaluate(env, algo.act, p, k, episodes)))(policy, keys)
+    returns = jax.jit(over_seeds(lambda s, k: evaluate(env, algo.act, algo.policy(s), k, episodes), (0, 0)))(state, keys)
     return eval_summary(run, episodes, np.asarray(returns).mean(axis=1))

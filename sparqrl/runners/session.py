@@ -209,6 +209,7 @@ class _Session:
         self.saved_updates: int | None = None  # of the newest checkpoint (this session's or restored)
         self.prior = {"wall_time_s": 0.0, "compile_time_s": 0.0}
         self.wall_start = time.perf_counter()
+        self.last_save = self.wall_start  # periodic checkpoints: at least run.checkpoint_interval_s apart
 
     @property
     def saved_env_steps(self) -> int | None:
@@ -229,6 +230,7 @@ class _Session:
         assert self.checkpointer is not None
         self.checkpointer.save(updates_done, state, self.meta(chunks_done, updates_done))
         self.saved_updates = updates_done
+        self.last_save = time.perf_counter()
 
     def save_on_interrupt(self) -> int | None:
         """Checkpoint where the run stopped (unless saved there already); the env steps per seed saved."""
@@ -310,7 +312,8 @@ class _Session:
                 self.latest = (chunk + 1, bounds[chunk], state)  # one assignment: an interrupt sees a consistent triple
                 rate = (env_step - session_start[0]) * run.seeds / max(time.perf_counter() - session_start[1], 1e-9)
                 progress.update(task, completed=env_step, sps=rate, ret=_fmt_return(per_seed))
-                if is_last or (chunk + 1) % run.checkpoint_every == 0:
+                due = (chunk + 1) % run.checkpoint_every == 0
+                if is_last or (due and time.perf_counter() - self.last_save >= run.checkpoint_interval_s):
                     self._save_checked(chunk, state)
                 if self.on_chunk is not None:
                     self.on_chunk(chunk + 1)
