@@ -18,8 +18,9 @@ from pathlib import Path
 
 FLAG = "--xla_force_host_platform_device_count"
 CHOICE_ENV = "SPARQRL_SEED_SPREAD"  # what the command decided, for summary.json
-# Measured (BENCHMARKS.md, "Seeds over cores"): below this many seeds per device, one device was as fast.
-MIN_SEEDS_PER_DEVICE = 8
+# Measured (BENCHMARKS.md, "Seeds over cores", 2 cores): spreading was faster from 2 seeds on (1.22x at 2,
+# 1.44x at 4, 2.19x at 8, 1.87x at 64), so one seed per device is enough.
+MIN_SEEDS_PER_DEVICE = 1
 
 
 def cpu_devices_for(seeds: int, cores: int) -> int:

@@ -5,11 +5,12 @@ import pytest
 from sparqrl import devices
 
 
-def test_seeds_are_spread_only_when_each_device_gets_enough():
+def test_seeds_are_spread_over_as_many_cores_as_divide_them():
     assert devices.cpu_devices_for(1, 2) == 1  # a 1-seed run is never slowed
-    assert devices.cpu_devices_for(8, 2) == 1
-    assert devices.cpu_devices_for(16, 2) == 2
-    assert devices.cpu_devices_for(64, 16) == 8
+    assert devices.cpu_devices_for(2, 2) == 2
+    assert devices.cpu_devices_for(8, 2) == 2
+    assert devices.cpu_devices_for(64, 16) == 16
+    assert devices.cpu_devices_for(24, 16) == 12
     assert devices.cpu_devices_for(63, 2) == 1  # no device count divides 63 seeds under 2 cores
     assert devices.cpu_devices_for(64, 1) == 1
 
@@ -20,7 +21,8 @@ def test_seeds_are_spread_only_when_each_device_gets_enough():
         (["train", "ppo", "--seeds", "64"], {}, "=2"),
         (["train", "ppo", "--seeds=64"], {}, "=2"),
         (["train", "ppo", "--set", "seeds=64"], {}, "=2"),
-        (["train", "ppo", "--seeds", "4"], {}, None),
+        (["train", "ppo", "--seeds", "1"], {}, None),
+        (["train", "ppo"], {}, None),
         (["train", "ppo", "--seeds", "64", "--env", "gym:CartPole-v1"], {}, None),
         (["train", "ppo", "--seeds", "64"], {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}, "=1"),
         (["train", "ppo", "--seeds", "64"], {"JAX_PLATFORMS": "cuda"}, None),
