@@ -26,13 +26,14 @@ import pytest
 from sparqrl import cli
 from sparqrl.runners.checkpoint import Checkpointer, first_non_finite
 from sparqrl.runners.session import _Session
-from sparqrl.telemetry import RunLogger
 
 # 20 PPO updates of 512 env steps in 10 chunks, a checkpoint every 2: the run every fault test cuts.
 RUN = ["train", "ppo", "--steps", str(20 * 512), "--chunks", "10", "--checkpoint-every", "2", "--checkpoint-interval-s", "0",
        "--eval-every", "5",
        "--eval-episodes", "2", "--seeds", "2", "--no-progress", "--no-energy"]
 
+# Every run compared with another is a fresh process (in-process results could differ in the last digit
+# from a worker's earlier tests).
 # A child process running the CLI as the `sparqrl` command does (the signal flag first). With "slow"
 # it pauses 0.3 s after logging each chunk, so that a signal sent once k chunks are logged lands in
 # chunk k + 1 however fast the machine (the whole run takes well under a second after compiling). With
@@ -49,6 +50,18 @@ if sys.argv[1] == "slow":
         log(self, *a, **k)
         time.sleep(0.3)
     logger.RunLogger.log = slow_log
+if sys.argv[1].startswith("fail-"):  # the Nth write of the metrics or checkpoint writer fails with errno N
+    from sparqrl.runners.checkpoint import Checkpointer
+    from sparqrl.telemetry.logger import RunLogger
+    cls, name = (RunLogger, "log") if sys.argv[1] == "fail-metrics" else (Checkpointer, "save")
+    original, calls = getattr(cls, name), {"n": 0}
+    def failing(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            code = int(sys.argv[2])
+            raise OSError(code, os.strerror(code), "injected")
+        return original(self, *a, **k)
+    setattr(cls, name, failing)
 if sys.argv[1] == "finalize":
     from orbax.checkpoint._src.path import atomicity
     calls = {"n": 0}
@@ -61,7 +74,8 @@ if sys.argv[1] == "finalize":
             return await _original(self, *a, **k)
         cls.finalize = finalize
 from sparqrl.cli import main
-sys.exit(main(sys.argv[3:]))
+from sparqrl.entry import exit_with
+exit_with(main(sys.argv[3:]))
 """
 
 
@@ -146,7 +160,7 @@ def test_killed_run_resumes_to_the_uninterrupted_metrics(tmp_path, whole, sig, w
     assert summary["final_return_per_seed"] == expected["final_return_per_seed"]
 
 
-def test_damaged_checkpoints_are_passed_over_then_reported(tmp_path, whole, capsys):
+def test_damaged_checkpoints_are_passed_over_then_reported(tmp_path, whole):
     """A truncated data file and bad metadata in the newest checkpoint: the older one is used, the run
     ends identical. With no intact checkpoint, a one-line error that says how to start over."""
     steps = sorted(int(p.name) for p in (whole / "checkpoint").iterdir() if p.name.isdigit())
@@ -161,9 +175,11 @@ def test_damaged_checkpoints_are_passed_over_then_reported(tmp_path, whole, caps
                 data.write_bytes(data.read_bytes()[:10])
         else:
             (newest / "meta" / "metadata").write_text("{not json")
-        assert cli.main(["train", "--resume", str(out)]) == 0
-        err = capsys.readouterr().err
+        done = resume(out)
+        assert done.returncode == 0, done.stderr[-2000:]
+        err = done.stderr
         assert f"checkpoint at update {steps[-1]} is damaged" in err and f"update {steps[0]}" in err, err
+        assert "Traceback" not in err
         assert rows(out) == rows(whole)
 
     out = tmp_path / "none"
@@ -171,35 +187,28 @@ def test_damaged_checkpoints_are_passed_over_then_reported(tmp_path, whole, caps
     (out / "summary.json").unlink()
     for data in (out / "checkpoint").rglob("d/*"):
         data.write_bytes(b"\0" * 5)
-    assert cli.main(["train", "--resume", str(out)]) == 1
-    lines = capsys.readouterr().err.strip().splitlines()
+    done = resume(out)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "no intact checkpoint" in lines[0] and "--resume" in lines[0], lines
     assert (out / "metrics.csv").exists() and (out / "config.json").exists()  # nothing deleted
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
 @pytest.mark.parametrize("writer", ["metrics", "checkpoint"])
-def test_failed_writes_end_in_one_line_and_a_resumable_folder(tmp_path, whole, monkeypatch, capsys, code, writer):
-    """The disk fills (or turns read-only) in the middle of the run: one line, exit 1, and `--resume`
-    (once the disk has room) ends identical to the uninterrupted run."""
-    calls = {"n": 0}
-    cls, name = (RunLogger, "log") if writer == "metrics" else (Checkpointer, "save")
-    original = getattr(cls, name)
-
-    def failing(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise OSError(code, os.strerror(code), "injected")
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(cls, name, failing)
+def test_failed_writes_end_in_one_line_and_a_resumable_folder(tmp_path, whole, code, writer):
+    """The disk fills (or turns read-only) in the middle of the run (the third write of the metrics or
+    checkpoint writer fails): one line, exit 1, and `--resume` (once the disk has room) ends identical
+    to the uninterrupted run."""
     out = tmp_path / "run"
-    assert cli.main([*RUN, "--out", str(out)]) == 1
-    lines = capsys.readouterr().err.strip().splitlines()
+    proc = start(out, f"fail-{writer}", str(code))
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err[-2000:]
+    lines = err.strip().splitlines()
     reason = "the disk is full" if code == errno.ENOSPC else "read-only"
     assert len(lines) == 1 and reason in lines[0] and f"--resume {out}" in lines[0], lines
-    monkeypatch.undo()
-    assert cli.main(["train", "--resume", str(out)]) == 0
+    done = resume(out)
+    assert done.returncode == 0, done.stderr[-2000:]
     assert rows(out) == rows(whole)
 
 

@@ -7,11 +7,17 @@ metadata) and a run never resumes from NaNs. `restore_intact` takes the newest i
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import io
 import logging
 import shutil
+import sys
+import threading
+import time
 import zlib
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 import jax
 import numpy as np
@@ -93,10 +99,7 @@ class Checkpointer:
         """The newest checkpoint that restores and verifies, with the damaged newer ones it passed over;
         None when there is no checkpoint at all. Raises `DamagedCheckpoints` when none is intact."""
         damaged: list[tuple[int, str]] = []
-        absl = logging.getLogger("absl")
-        level = absl.level
-        absl.setLevel(logging.CRITICAL)  # orbax logs each unreadable file; the one line we give says it all
-        try:
+        with _quiet_failures(damaged):
             for step in self.steps():
                 try:
                     state, meta = self.restore(abstract_state, step)
@@ -107,8 +110,6 @@ class Checkpointer:
                     shutil.rmtree(self._directory / str(bad), ignore_errors=True)
                 self._manager.reload()
                 return Restored(state, meta, step, damaged)
-        finally:
-            absl.setLevel(level)
         if damaged:
             raise DamagedCheckpoints(damaged)
         return None
@@ -121,6 +122,31 @@ class DamagedCheckpoints(Exception):
     def __init__(self, damaged: list[tuple[int, str]]):
         self.damaged = damaged
         super().__init__("; ".join(f"step {step}: {why}" for step, why in damaged))
+
+
+@contextlib.contextmanager
+def _quiet_failures(damaged: list) -> Iterator[None]:
+    """While checkpoints are tried: a damaged one fails in many places at once (orbax logs each unreadable
+    file; its other reads end in 'Exception ignored' tracebacks when collected, and tensorstore's threads
+    print tracebacks when they deliver them to orbax's event loop, already closed). The one line the run
+    prints says it all: all of that is silenced, for a moment longer when a checkpoint was damaged."""
+    loggers = [logging.getLogger(name) for name in ("absl", "asyncio")]
+    levels = [logger.level for logger in loggers]
+    saved = sys.unraisablehook, threading.excepthook, sys.stderr
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    sys.unraisablehook = lambda unraisable: None
+    threading.excepthook = lambda args: None
+    sys.stderr = io.StringIO()
+    try:
+        yield
+    finally:
+        if damaged:
+            time.sleep(0.5)  # the failed reads still in flight finish
+        gc.collect()  # and their coroutines are finalised, while their tracebacks are still silenced
+        sys.unraisablehook, threading.excepthook, sys.stderr = saved
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def _one_line(error: BaseException) -> str:
