@@ -48,6 +48,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# the timing helpers are the peer script's own (it runs in the peer's venv, this in sparqrl's): one copy
+from peer_rejax import compile_timed, run_timed  # noqa: E402 (benchmarks/ is this script's folder)
+
 ROOT = Path(__file__).resolve().parent.parent
 PEER_PYTHON = ROOT / ".bench-rejax-venv" / "bin" / "python"
 PEER_SCRIPT = ROOT / "benchmarks" / "peer_rejax.py"
@@ -65,32 +68,6 @@ def make_config(algo_name: str, steps: int, learning_starts: int | None):
     if learning_starts is None:
         return dqn.Config(total_timesteps=steps)
     return dqn.Config(total_timesteps=steps, learning_starts=learning_starts)
-
-
-def compile_timed(fn, arg) -> tuple[object, dict]:
-    import jax
-
-    t0 = time.perf_counter()
-    traced = jax.jit(fn).trace(arg)
-    t1 = time.perf_counter()
-    lowered = traced.lower()
-    t2 = time.perf_counter()
-    compiled = lowered.compile()
-    t3 = time.perf_counter()
-    return compiled, {"trace_s": t1 - t0, "lower_s": t2 - t1, "xla_s": t3 - t2, "compile_s": t3 - t0}
-
-
-def run_timed(compiled, arg, repeats: int) -> tuple[object, dict]:
-    import jax
-
-    runs, cpu, out = [], [], None
-    for _ in range(repeats):
-        c0, t0 = time.process_time(), time.perf_counter()
-        out = jax.block_until_ready(compiled(arg))
-        runs.append(time.perf_counter() - t0)
-        cpu.append((time.process_time() - c0) / runs[-1])
-    best = min(range(repeats), key=runs.__getitem__)
-    return out, {"run_s": runs[best], "runs_s": runs, "cores_used": cpu[best]}
 
 
 def sparqrl_worker(args: argparse.Namespace) -> dict:

@@ -9,7 +9,6 @@ GSPMD, the sharded while-loop deadlocked on forced host devices).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from pathlib import Path
