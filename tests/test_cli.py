@@ -165,3 +165,12 @@ def test_usage_and_unknown_command(capsys):
     assert run_cli(capsys, "--help")[0] == 0
     code, _, err = run_cli(capsys, "fly")
     assert code == 2 and "unknown command" in err
+
+
+def test_a_damaged_manifest_never_reaches_outside_the_run_folder(tmp_path, unstarted_run):
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep")
+    manifest = unstarted_run / "sparqrl-run.json"
+    manifest.write_text(json.dumps({"format": 1, "files": ["config.json", str(outside), "../precious.txt"]}))
+    start_run_dir("ppo", ppo.Config(), cli.RunConfig(out=str(unstarted_run), overwrite=True))
+    assert outside.read_text() == "keep"

@@ -73,6 +73,8 @@ def read_manifest(path: Path) -> tuple[int, list[str]] | None:
         try:
             data = json.loads(manifest.read_text())
             version, files = int(data["format"]), [str(f) for f in data["files"]]
+            # only names of this folder's own entries: a damaged manifest must never reach outside it
+            files = [f for f in files if f and Path(f).name == f and f not in (".", "..")]
         except (ValueError, KeyError, TypeError) as error:
             cfg.fail("out", str(path), f"holds a damaged {MANIFEST} ({type(error).__name__}); remove the folder by hand")
         cfg.require(version <= FORMAT, "out", str(path),
