@@ -66,10 +66,11 @@ class Checkpointer:
 
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
         """Save `state` as `step` (replacing one there); raises `NonFiniteState` instead of saving NaNs."""
-        bad = first_non_finite(state)
+        host = jax.device_get(state)  # fetched once for both checks
+        bad = first_non_finite(host)
         if bad is not None:
             raise NonFiniteState(f"the state's {bad} is not finite")
-        meta = {**meta, CHECKSUM: state_checksum(state)}
+        meta = {**meta, CHECKSUM: state_checksum(host)}
         self._manager.save(
             step,
             args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),

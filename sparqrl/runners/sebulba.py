@@ -136,9 +136,8 @@ class SebulbaDriver:
 
     def build(self) -> None:
         start = time.perf_counter()
-        self._init = jax.jit(jax.vmap(self.al.init))
         self._keys = jax.random.split(jax.random.PRNGKey(self.run.seed), self.run.seeds)
-        self._init = self._init.lower(self._keys).compile()
+        self._init = jax.jit(jax.vmap(self.al.init)).lower(self._keys).compile()
         self.compile_time_s += time.perf_counter() - start  # the learner compiles for the first fragment
 
     def init_state(self) -> Any:

@@ -31,7 +31,7 @@ import numpy as np
 from sparqrl.config import ConfigError
 from sparqrl.signals import StopRequests
 from sparqrl.runners.checkpoint import Checkpointer, DamagedCheckpoints, NonFiniteState
-from sparqrl.runners.rundir import CONFIG, SUMMARY, RunDir, os_reason
+from sparqrl.runners.rundir import SUMMARY, RunDir, os_reason
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.telemetry import EnergyMeter, RunLogger, make_progress, plot_returns
 
@@ -257,8 +257,7 @@ class _Session:
         for step, why in restored.damaged if restored else ():
             notify(f"checkpoint at update {step} is damaged ({why}); using the newest intact one")
         if restored is None:
-            if self.checkpointer.steps() == [] and (self.rundir.path / CONFIG).exists():
-                notify("no checkpoint yet: starting the run from the beginning with its saved config")
+            notify("no checkpoint yet: starting the run from the beginning with its saved config")
             return None
         meta = restored.meta
         if restored.damaged:
