@@ -1,0 +1,326 @@
+"""Pluggable PPO objectives: drift functions (PPO-clip, DPO, learned LPO) and value losses (L2,
+clipped, learned), as small pure functions of the probability ratio and the advantage.
+
+Mirror-learning view (Kuba, Schroeder de Witt and Foerster 2022, arXiv 2201.02373; used by LPO/DPO,
+Lu et al. 2022, arXiv 2210.05639): a policy objective is
+
+    maximise  E[ r·Â − f(r, Â) ],     i.e.  loss = −mean(r·Â − f(r, Â))          (`policy_loss`)
+
+with r = π_θ(a|s) / π_old(a|s) = exp(log π_θ − log π_old) and Â the advantage (normalised over the
+minibatch by the caller, reference `purejaxrl_dpo_evosax.md` §4.1). The drift f ≥ 0 penalises moving
+away from the old policy; PPO-clip, DPO and a learned network are three drifts.
+
+Every function here sees only r and Â (per sample, any batch shape), never the action or the
+distribution, so it works unchanged for discrete (categorical) and continuous (Gaussian) policies:
+the policy only enters through log π_θ(a|s).
+
+Meta-parameters (LPO drift network, learned value loss) are plain pytrees of float32 arrays, so an
+evolution strategy can ravel them into one flat vector (`jax.flatten_util.ravel_pytree`), and a
+vmapped population of them is just a leading axis on every leaf. Both start at the hand-written rule
+they replace: the all-zero LPO network is PPO-clip's drift, the all-zero value-loss network is L2.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sparqrl.algos.ppo.losses import value_loss as _value_loss
+from sparqrl.config import ConfigError
+
+DriftFn = Callable[[jax.Array, jax.Array], jax.Array]
+"""f(r, Â) -> drift, elementwise, same shape as r."""
+
+DPO_ALPHA = 2.0
+"""DPO's α for positive advantages (reference §4.1)."""
+DPO_BETA = 0.6
+"""DPO's β for negative advantages (reference §4.1)."""
+
+LPO_HIDDEN = 128
+"""Width of the LPO drift network (reference §5.2: Dense(128, no bias) → tanh → Dense(1, no bias))."""
+LPO_NUM_FEATURES = 8
+"""δ = [log r, (log r)², 1 − r, (1 − r)²] and Â·δ (reference §5.2)."""
+LPO_DEAD_ZONE = 1e-4
+"""The 1e-4 of the reference's output transform (§5.2); see `lpo_drift` for where it is applied."""
+
+VALUE_LOSS_HIDDEN = 64
+"""Width of both hidden layers of the learned value loss (reference §6: 64 → tanh → 64 → tanh → 1)."""
+
+META_PARAMS_FILE = "best_meta_params.npz"
+"""File name a meta run writes its best meta-parameters to; `load_meta_params(DIR, ...)` reads it."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Drifts and the surrogate loss
+# --------------------------------------------------------------------------------------------------
+
+
+def policy_loss(drift_fn: DriftFn, r: jax.Array, advantages: jax.Array) -> jax.Array:
+    """Mirror-learning surrogate as a loss (reference §4.1, §5.2):
+
+        L = −mean( r·Â − f(r, Â) )
+
+    Args:
+      drift_fn: f(r, Â) -> drift, elementwise (e.g. `lambda r, a: dpo_drift(r, a, alpha, beta)`).
+      r: [N] probability ratios exp(log π_θ − log π_old) (keep the graph to log π_θ for gradients).
+      advantages: [N] advantages Â, already normalised over the minibatch if wanted.
+    Returns:
+      scalar loss.
+    """
+    return -jnp.mean(r * advantages - drift_fn(r, advantages))
+
+
+def ppo_clip_drift(r: jax.Array, advantages: jax.Array, eps: float | jax.Array) -> jax.Array:
+    """PPO-clip written as a drift (LPO's "PPO start", reference §5.2):
+
+        f(r, Â) = ReLU( (r − clip(r, 1 − ε, 1 + ε)) · Â )
+
+    so that r·Â − f(r, Â) = min(r·Â, clip(r, 1 − ε, 1 + ε)·Â), PPO's clipped surrogate (Schulman et al.
+    2017, eq. 7): `policy_loss` with this drift is exactly PPO's actor loss, in value and gradient.
+
+    Args:
+      r, advantages: same shape (any); eps: the clip range ε (may be traced).
+    Returns:
+      drift, same shape as r, ≥ 0.
+    """
+    return jax.nn.relu((r - jnp.clip(r, 1.0 - eps, 1.0 + eps)) * advantages)
+
+
+def dpo_drift(
+    r: jax.Array,
+    advantages: jax.Array,
+    alpha: float | jax.Array = DPO_ALPHA,
+    beta: float | jax.Array = DPO_BETA,
+) -> jax.Array:
+    """Discovered Policy Optimisation drift (Lu et al. 2022, arXiv 2210.05639; reference §4.1):
+
+        f(r, Â) = ReLU( (r − 1)·Â − α·tanh((r − 1)·Â / α) )    if Â ≥ 0
+        f(r, Â) = ReLU( log(r)·Â − β·tanh(log(r)·Â / β) )      if Â < 0
+
+    with α = 2, β = 0.6 by default. DPO uses no ratio clipping: the actor loss is
+    `policy_loss(lambda r, a: dpo_drift(r, a, alpha, beta), r, Â)`.
+
+    Args:
+      r: probability ratios (> 0); advantages: same shape; alpha, beta: scalars (may be traced).
+    Returns:
+      drift, same shape as r, ≥ 0.
+    """
+    positive = (r - 1.0) * advantages
+    negative = jnp.log(r) * advantages
+    drift_pos = jax.nn.relu(positive - alpha * jnp.tanh(positive / alpha))
+    drift_neg = jax.nn.relu(negative - beta * jnp.tanh(negative / beta))
+    return jnp.where(advantages >= 0, drift_pos, drift_neg)
+
+
+# --------------------------------------------------------------------------------------------------
+# LPO: a learned drift network (reference §5.2)
+# --------------------------------------------------------------------------------------------------
+
+
+class LPOParams(NamedTuple):
+    """Meta-parameters of the LPO drift network: Dense(H, no bias) → tanh → Dense(1, no bias)
+    (reference §5.2; H = 128 gives 8·128 + 128 = 1,152 numbers)."""
+
+    hidden: jax.Array  # [8, H]
+    out: jax.Array  # [H]
+
+
+def lpo_init(key: jax.Array | None = None, hidden: int = LPO_HIDDEN) -> LPOParams:
+    """The PPO-clip start of LPO: all-zero weights, for which `lpo_drift` is `ppo_clip_drift` exactly.
+
+    `key` is accepted for the meta-task protocol `init(key) -> genome` and not used: the start is
+    deterministic, the evolution strategy supplies the randomness.
+    """
+    del key
+    return LPOParams(
+        hidden=jnp.zeros((LPO_NUM_FEATURES, hidden), jnp.float32),
+        out=jnp.zeros((hidden,), jnp.float32),
+    )
+
+
+def lpo_features(r: jax.Array, advantages: jax.Array) -> jax.Array:
+    """LPO's drift inputs (reference §5.2): δ = [log r, (log r)², 1 − r, (1 − r)²], input = [δ, Â·δ].
+
+    Args:
+      r, advantages: same shape S.
+    Returns:
+      [*S, 8]. Every feature is 0 at r = 1, so the bias-free network outputs 0 there for any weights.
+    """
+    log_r = jnp.log(r)
+    one_minus_r = 1.0 - r
+    delta = jnp.stack([log_r, jnp.square(log_r), one_minus_r, jnp.square(one_minus_r)], axis=-1)
+    return jnp.concatenate([delta, advantages[..., None] * delta], axis=-1)
+
+
+def lpo_network(meta_params: LPOParams, r: jax.Array, advantages: jax.Array) -> jax.Array:
+    """The raw network output net(features(r, Â)), same shape as r (reference §5.2)."""
+    hidden = jnp.tanh(lpo_features(r, advantages) @ meta_params.hidden)
+    return hidden @ meta_params.out
+
+
+def lpo_drift(
+    meta_params: LPOParams,
+    r: jax.Array,
+    advantages: jax.Array,
+    eps: float | jax.Array,
+) -> jax.Array:
+    """Learned drift with the PPO-clip start (LPO, Lu et al. 2022; reference §5.2 `--ppo-init`):
+
+        f(r, Â) = ReLU( ppo_clip_drift(r, Â, ε) + s(net(r, Â)) ),   s(y) = y − clip(y, −c, c),  c = 1e-4
+
+    The reference writes ReLU(ppo_clip_drift + net − 1e-4), which at zero weights is
+    ReLU(ppo_clip_drift − 1e-4): PPO-clip's drift shifted down by 1e-4 and zero where it is below
+    1e-4, so it would not "start at PPO's clipping drift" as the reference (and its test, meta_mfos_act.md
+    §8.2) says. Here the 1e-4 dead zone acts on the network's output only (soft threshold s): the
+    zero network gives exactly `ppo_clip_drift` (value and gradient), and, as in the reference, a
+    learned network contributes nothing while |net| < 1e-4, so near r = 1 (where every input is ~0 and
+    PPO's drift is 0) the drift and its gradient are exactly 0, as mirror learning requires.
+
+    Args:
+      meta_params: `LPOParams` (a population: vmap over its leading axis).
+      r, advantages: same shape (any); eps: PPO's clip range ε (may be traced).
+    Returns:
+      drift, same shape as r, ≥ 0.
+    """
+    net = lpo_network(meta_params, r, advantages)
+    learned = net - jnp.clip(net, -LPO_DEAD_ZONE, LPO_DEAD_ZONE)
+    return jax.nn.relu(ppo_clip_drift(r, advantages, eps) + learned)
+
+
+# --------------------------------------------------------------------------------------------------
+# Value losses (reference §2.5 and §6)
+# --------------------------------------------------------------------------------------------------
+
+
+def l2_value_loss(pred: jax.Array, target: jax.Array) -> jax.Array:
+    """0.5·mean((v − t)²) (reference §2.5 without clipping). pred, target: [N]; returns a scalar."""
+    return _value_loss(pred, pred, target, 0.0, clip=False)
+
+
+def clipped_value_loss(
+    pred: jax.Array,
+    old_pred: jax.Array,
+    target: jax.Array,
+    eps: float | jax.Array,
+) -> jax.Array:
+    """PPO's clipped value loss (reference §2.5):
+
+        0.5·mean( max((v − t)², (v_clip − t)²) ),   v_clip = v_old + clip(v − v_old, −ε, ε)
+
+    (the same ε as the policy's clip range in PureJaxRL). pred, old_pred, target: [N]; returns a scalar.
+    """
+    return _value_loss(pred, old_pred, target, eps, clip=True)
+
+
+class ValueLossParams(NamedTuple):
+    """Meta-parameters of the learned value loss: Dense 64 → tanh → Dense 64 → tanh → Dense 1, with
+    biases (reference §6: 4,353 numbers)."""
+
+    w1: jax.Array  # [1, H]
+    b1: jax.Array  # [H]
+    w2: jax.Array  # [H, H]
+    b2: jax.Array  # [H]
+    w3: jax.Array  # [H, 1]
+    b3: jax.Array  # [1]
+
+
+def value_loss_init(key: jax.Array | None = None, hidden: int = VALUE_LOSS_HIDDEN) -> ValueLossParams:
+    """The L2 start of the learned value loss: all-zero weights, for which `learned_value_loss` is
+    `l2_value_loss` exactly. `key` is unused (protocol `init(key) -> genome`; the start is fixed)."""
+    del key
+    shapes = ValueLossParams(w1=(1, hidden), b1=(hidden,), w2=(hidden, hidden), b2=(hidden,), w3=(hidden, 1), b3=(1,))
+    return ValueLossParams(*(jnp.zeros(shape, jnp.float32) for shape in shapes))
+
+
+def value_loss_network(meta_params: ValueLossParams, d: jax.Array) -> jax.Array:
+    """The raw network net(d) applied to every element of d = prediction − target (reference §6)."""
+    x = d[..., None]
+    x = jnp.tanh(x @ meta_params.w1 + meta_params.b1)
+    x = jnp.tanh(x @ meta_params.w2 + meta_params.b2)
+    return (x @ meta_params.w3 + meta_params.b3)[..., 0]
+
+
+def learned_value_loss(meta_params: ValueLossParams, pred: jax.Array, target: jax.Array) -> jax.Array:
+    """Learned value loss (PureJaxRL walkthrough, reference §6), started at L2:
+
+        L = mean( 0.5·d² + net(d) ),   d = v − t
+
+    The reference's loss is mean(net(d)) from a random start; adding 0.5·d² makes the all-zero
+    network (`value_loss_init`) exactly L2 in value and gradient, so evolution starts from the loss
+    PPO uses and the network learns a correction. It replaces the clipped loss (no v_old).
+
+    Args:
+      meta_params: `ValueLossParams`; pred, target: [N].
+    Returns:
+      scalar loss.
+    """
+    d = pred - target
+    return jnp.mean(0.5 * jnp.square(d) + value_loss_network(meta_params, d))
+
+
+# --------------------------------------------------------------------------------------------------
+# Meta-parameter files
+# --------------------------------------------------------------------------------------------------
+
+
+def _leaf_names(tree: Any) -> list[str]:
+    """One stable name per leaf: its path in the pytree ('hidden', 'out', "['a'][0]", ...)."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return [jax.tree_util.keystr(path, simple=True, separator="/") or "value" for path, _ in flat]
+
+
+def save_meta_params(path: str | os.PathLike[str], meta_params: Any) -> str:
+    """Write a meta-parameter pytree to `path` (.npz, one array per leaf, named by its tree path).
+
+    `path` may be a folder, in which case the file is `path/best_meta_params.npz`. Returns the file.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, META_PARAMS_FILE)
+    arrays = {name: np.asarray(leaf) for name, leaf in zip(_leaf_names(meta_params), jax.tree.leaves(meta_params))}
+    with open(path, "wb") as f:  # a file object, so numpy does not append a second ".npz"
+        np.savez(f, **arrays)
+    return path
+
+
+def load_meta_params(path: str | os.PathLike[str], like: Any) -> Any:
+    """Read meta-parameters written by `save_meta_params` into the structure of `like`.
+
+    Args:
+      path: the .npz file, or a meta run's folder holding `best_meta_params.npz`.
+      like: a pytree with the expected structure and shapes (e.g. `lpo_init()`).
+    Returns:
+      a pytree like `like`, float32 leaves.
+    Raises:
+      ConfigError (one line) if the file is missing or unreadable, or an array is missing or of
+      another shape than expected (naming the file, the array, and the expected and found shapes).
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, META_PARAMS_FILE)
+    if not os.path.isfile(path):
+        raise ConfigError(f"meta-parameter file {path} not found")
+    names = _leaf_names(like)
+    leaves, treedef = jax.tree.flatten(like)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            found = {name: data[name] for name in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+        raise ConfigError(f"meta-parameter file {path} is not a readable .npz file ({error})") from None
+    expected_shapes = {name: tuple(np.shape(leaf)) for name, leaf in zip(names, leaves)}
+    found_shapes = {name: tuple(array.shape) for name, array in found.items()}
+    if found_shapes != expected_shapes:
+        raise ConfigError(
+            f"meta-parameter file {path} has the wrong shape: expected {_describe(expected_shapes)}, "
+            f"found {_describe(found_shapes)}"
+        )
+    return jax.tree.unflatten(treedef, [jnp.asarray(found[name], jnp.float32) for name in names])
+
+
+def _describe(shapes: dict[str, tuple[int, ...]]) -> str:
+    return "{" + ", ".join(f"{name}: {shape}" for name, shape in shapes.items()) + "}"
