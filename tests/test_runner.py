@@ -178,19 +178,23 @@ def test_one_chunk_and_many_give_identical_parameters(tmp_path):
 
 
 def test_a_cached_compilation_gives_identical_results(tmp_path):
-    """The second run of a configuration takes every program from the persistent compilation cache (it
-    adds no entry) and computes the same metrics; --no-compile-cache neither reads nor writes it."""
+    """The second run of a configuration takes every program from the persistent compilation cache and the
+    traced-program store (it adds no entry to either) and computes the same metrics; --no-compile-cache
+    neither reads nor writes them."""
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "JAX_PLATFORMS": "cpu"}
-    cache = tmp_path / "cache" / "sparqrl" / "xla"
+    cache, store = tmp_path / "cache" / "sparqrl" / "xla", tmp_path / "cache" / "sparqrl" / "programs"
     base = [sys.executable, "-m", "sparqrl.cli", "train", "ppo", "--steps", str(4 * 512), "--chunks", "2",
             "--eval-episodes", "2", "--no-progress", "--no-energy"]
-    entries = []
-    for name, extra in (("first", []), ("second", []), ("uncached", ["--no-compile-cache"])):
+    entries, stored = [], []
+    for name, extra, loaded in (("first", [], 0), ("second", [], 3), ("uncached", ["--no-compile-cache"], 0)):
         proc = subprocess.run([*base, "--out", str(tmp_path / name), *extra], env=env, capture_output=True, text=True,
                               timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
+        assert json.loads((tmp_path / name / "summary.json").read_text())["programs_loaded"] == loaded
         entries.append(sorted(p.name for p in cache.iterdir()))
+        stored.append(sorted(p.name for p in store.iterdir()))
     assert entries[0] and entries[1] == entries[0] == entries[2]
+    assert len(stored[0]) == 3 and stored[1] == stored[0] == stored[2]
 
     def rows(name):
         lines = (tmp_path / name / "metrics.csv").read_text().strip().splitlines()

@@ -4,13 +4,17 @@ Gymnasium on the host.
 `make_env(name)` returns a device `Env` wrapped with episode statistics; a host env is described by
 `host_spec(name)` and stepped by `HostVecEnv` in the actor-learner runner. An unknown name is a
 `ConfigError` that lists the close matches.
+
+Gymnasium is imported only for a `gym:` name (or a misspelt name's suggestions): the host-env names
+below are loaded from `gym_env` on first use, so a device run starts without it.
 """
 
 from __future__ import annotations
 
 from sparqrl.config import ConfigError, close_matches
-from sparqrl.envs.core import Box, Discrete, Env, Space, StepOut, action_dim, is_discrete
-from sparqrl.envs.gym_env import HostSpec, HostStep, HostVecEnv, evaluate_host, gym_names, host_spec, is_host_env
+from typing import Any
+
+from sparqrl.envs.core import Box, Discrete, Env, Space, StepOut, action_dim, is_discrete, is_host_env
 from sparqrl.envs.wrappers import EpisodeStats, RunningStats, normalize, running_stats_init, running_stats_update
 
 __all__ = [
@@ -25,14 +29,33 @@ BRAX_NAMES = (
 )
 
 
-def env_names() -> list[str]:
+_HOST_NAMES = ("HostSpec", "HostStep", "HostVecEnv", "evaluate_host", "gym_names", "host_spec")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOST_NAMES:
+        from sparqrl.envs import gym_env
+
+        return getattr(gym_env, name)
+    raise AttributeError(f"module 'sparqrl.envs' has no attribute {name!r}")
+
+
+def device_env_names() -> list[str]:
     import gymnax
 
-    return list(gymnax.registered_envs) + [f"brax:{n}" for n in BRAX_NAMES] + gym_names()
+    return list(gymnax.registered_envs) + [f"brax:{n}" for n in BRAX_NAMES]
+
+
+def env_names() -> list[str]:
+    from sparqrl.envs.gym_env import gym_names
+
+    return device_env_names() + gym_names()
 
 
 def validate_env_name(name: str) -> None:
     """Raise a `ConfigError` for an unknown environment name, listing the close matches."""
+    if not is_host_env(name) and name in device_env_names():
+        return  # (Gymnasium's registry is read only for a gym: name or a misspelt one)
     names = env_names()
     if name not in names:
         raise ConfigError(f"env={name!r} is not a known environment{close_matches(name, names)}")

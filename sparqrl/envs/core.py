@@ -91,3 +91,12 @@ def require_continuous(env: Env, algo: str) -> None:
         )
     ok = all(math.isfinite(lo) and math.isfinite(hi) and lo < hi for lo, hi in zip(space.low, space.high))
     require(ok, "env", env.name, f"{algo} needs finite action bounds with low < high; got {space}")
+
+
+HOST_PREFIX = "gym:"
+"""Names of host (Gymnasium) environments start with this; everything else runs on device."""
+
+
+def is_host_env(name: str) -> bool:
+    """Whether `name` is a host (Gymnasium) environment rather than a device one (no Gymnasium import)."""
+    return name.startswith(HOST_PREFIX)

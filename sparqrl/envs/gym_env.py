@@ -18,9 +18,8 @@ import numpy as np
 from gymnasium import spaces
 
 from sparqrl.config import ConfigError, close_matches
-from sparqrl.envs.core import Box, Discrete, Space
+from sparqrl.envs.core import HOST_PREFIX as PREFIX, Box, Discrete, Space, is_host_env
 
-PREFIX = "gym:"
 # Used only for the few registered ids without a time limit, so every episode (and every
 # evaluation) ends; `max_episode_steps` is an int in the `Env` protocol too.
 DEFAULT_MAX_EPISODE_STEPS = 1000
@@ -29,11 +28,6 @@ DEFAULT_MAX_EPISODE_STEPS = 1000
 def gym_names() -> list[str]:
     """Every registered Gymnasium id, as a sparqrl name (`gym:ID`)."""
     return [PREFIX + env_id for env_id in gym.registry]
-
-
-def is_host_env(name: str) -> bool:
-    """Whether `name` is a host (Gymnasium) environment rather than a device one."""
-    return name.startswith(PREFIX)
 
 
 def _make(name: str) -> gym.Env:

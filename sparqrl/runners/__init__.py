@@ -10,17 +10,24 @@ from typing import Any
 
 from sparqrl.config import require
 from sparqrl.envs import is_host_env
-from sparqrl.runners import anakin, sebulba
+from sparqrl.runners import anakin
 from sparqrl.runners.rundir import open_run_dir
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.runners.session import RunFailed, RunInterrupted, finished_summary, notify, use_compile_cache
+
+
+def _host_runner() -> Any:
+    """The actor-learner runner, imported only for host environments (it loads Gymnasium)."""
+    from sparqrl.runners import sebulba
+
+    return sebulba
 
 
 def train(algo_name: str, algo_config: Any, run: RunConfig, **kwargs: Any) -> dict:
     """Train from scratch; returns the summary (also written to `run.out/summary.json`)."""
     use_compile_cache(run.compile_cache)
     if is_host_env(run.env):
-        return sebulba.train(algo_name, algo_config, run)
+        return _host_runner().train(algo_name, algo_config, run)
     return anakin.train(algo_name, algo_config, run, **kwargs)
 
 
@@ -36,7 +43,7 @@ def resume(out_dir: str | Path, progress: bool | None = None, **kwargs: Any) -> 
         return finished_summary(rundir)
     use_compile_cache(run.compile_cache)
     if is_host_env(run.env):
-        return sebulba.resume(rundir, algo_name, algo_config, run)
+        return _host_runner().resume(rundir, algo_name, algo_config, run)
     return anakin.resume(rundir, algo_name, algo_config, run, **kwargs)
 
 
@@ -45,7 +52,7 @@ def evaluate_saved(out_dir: str | Path, episodes: int | None = None, seed: int |
     rundir, algo_name, algo_config, run = open_run_dir(out_dir, "DIR")
     episodes = run.eval_episodes if episodes is None else episodes
     require(episodes >= 1, "episodes", episodes, "must be >= 1")
-    runner = sebulba if is_host_env(run.env) else anakin
+    runner = _host_runner() if is_host_env(run.env) else anakin
     return runner.evaluate_saved(rundir, algo_name, algo_config, run, episodes, seed)
 
 

@@ -24,9 +24,11 @@ from sparqrl.algos import Algorithm, evaluate, get_algorithm
 from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM
 from sparqrl.envs import Env, make_env
 from sparqrl.devices import seed_spread
+from sparqrl.runners.programs import Program, build_program
 from sparqrl.runners.rundir import RunDir, open_run_dir, start_run_dir
 from sparqrl.runners.run_config import RunConfig
-from sparqrl.runners.session import check_memory, chunk_bounds, eval_summary, run_session, saved_state
+from sparqrl.runners.session import (check_memory, chunk_bounds, eval_summary, program_store, run_session,
+                                     saved_state)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,12 +102,14 @@ def eval_keys(seed: int, seeds: int) -> jax.Array:
 class AnakinDriver:
     """The on-device run for the shared session loop (`sparqrl.runners.session`)."""
 
-    def __init__(self, algo: Algorithm, env: Env, run: RunConfig):
+    def __init__(self, algo: Algorithm, env: Env, run: RunConfig, describe: str):
         self.algo, self.env, self.run = algo, env, run
+        self.describe = f"{describe} env={run.env} eval_episodes={run.eval_episodes}"  # what the programs close over
         self.bounds = chunk_bounds(algo.num_updates, run.chunks)
         self.env_steps_per_update = algo.env_steps_per_update
         self.compile_time_s = 0.0
         self.startup_s = 0.0
+        self.programs_loaded = 0  # of the 3 programs, how many came traced from the cache (`programs`)
         self.sharding = seed_sharding(run.seeds)
         self.replicated = NamedSharding(self.sharding.mesh, PartitionSpec())
         self.keys = jax.device_put(jax.random.split(jax.random.PRNGKey(run.seed), run.seeds), self.sharding)
@@ -117,19 +121,24 @@ class AnakinDriver:
         return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.sharding), abstract)
 
     def build(self) -> None:
-        """Compile every program the run needs ahead of time, so compile time is measured apart."""
+        """Compile every program the run needs ahead of time, so compile time is measured apart. A later
+        run of the same configuration loads them traced (`programs`) and compiled (XLA's cache)."""
         start = time.perf_counter()
         algo, env, run, sharding = self.algo, self.env, self.run, self.sharding
         seeds, replicated = PartitionSpec("seeds"), PartitionSpec()
-        self._init = jax.jit(per_device(over_seeds(algo.init), sharding, (seeds,), seeds)).lower(self.keys).compile()
-        abstract = self.abstract_state()
-        chunk_fn = per_device(chunk_program(algo), sharding, (seeds, replicated), (seeds, seeds))
-        self._chunk = jax.jit(chunk_fn).lower(abstract, jnp.int32(1)).compile()
+        store = program_store() if run.compile_cache else None
 
+        def build(name: str, fn: Callable, in_specs: tuple, out_specs: Any, *args: Any) -> Program:
+            return build_program(name, per_device(fn, sharding, in_specs, out_specs), args, describe=self.describe,
+                                 store=store)
+
+        self._init = build("init", over_seeds(algo.init), (seeds,), seeds, self.keys)
+        abstract = self._init.out_info
+        self._chunk = build("chunk", chunk_program(algo), (seeds, replicated), (seeds, seeds), abstract,
+                            jax.device_put(jnp.int32(1), self.replicated))
         eval_all = over_seeds(lambda s, k: evaluate(env, algo.act, algo.policy(s), k, run.eval_episodes), (0, 0))
-
-        self._evaluate = jax.jit(per_device(eval_all, sharding, (seeds, seeds), seeds)).lower(
-            abstract, self.eval_keys).compile()
+        self._evaluate = build("evaluate", eval_all, (seeds, seeds), seeds, abstract, self.eval_keys)
+        self.programs_loaded = sum(p.loaded for p in (self._init, self._chunk, self._evaluate))
         self.compile_time_s += time.perf_counter() - start
 
     def init_state(self) -> Any:
@@ -165,7 +174,8 @@ class AnakinDriver:
 
     def summary(self) -> dict[str, Any]:
         used = len(self.sharding.mesh.devices.flat)
-        return {"devices_used": used, "seed_spread": seed_spread(used), **self.algo.summary}
+        return {"devices_used": used, "seed_spread": seed_spread(used), "programs_loaded": self.programs_loaded,
+                **self.algo.summary}
 
     def close(self) -> None:
         self._inflight = None
@@ -184,7 +194,7 @@ def prepare(algo_name: str, algo_config: Any, run: RunConfig) -> tuple[Any, Any,
 def train(algo_name: str, algo_config: Any, run: RunConfig, *, on_chunk: Callable[[int], None] | None = None) -> dict:
     """Train from scratch; returns the summary (also written to `run.out/summary.json`)."""
     module, algo_config, env = prepare(algo_name, algo_config, run)
-    driver = AnakinDriver(module.make_algorithm(algo_config, env), env, run)
+    driver = AnakinDriver(module.make_algorithm(algo_config, env), env, run, f"{algo_name} {algo_config!r}")
     check_memory(driver.abstract_state(), run)
     rundir = start_run_dir(algo_name, algo_config, run)
     return run_session(rundir, run, algo_name, driver, resuming=False, on_chunk=on_chunk)
@@ -194,7 +204,7 @@ def resume(rundir: RunDir, algo_name: str, algo_config: Any, run: RunConfig, *,
            on_chunk: Callable[[int], None] | None = None) -> dict:
     """Continue the run in `rundir` from its newest intact checkpoint, with its saved configuration."""
     module, algo_config, env = prepare(algo_name, algo_config, run)
-    driver = AnakinDriver(module.make_algorithm(algo_config, env), env, run)
+    driver = AnakinDriver(module.make_algorithm(algo_config, env), env, run, f"{algo_name} {algo_config!r}")
     return run_session(rundir, run, algo_name, driver, resuming=True, on_chunk=on_chunk)
 
 

@@ -76,7 +76,13 @@ def chunk_bounds(num_updates: int, chunks: int) -> list[int]:
 
 
 def compile_cache_dir() -> Path:
+    """XLA's compiled programs (JAX's persistent compilation cache)."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sparqrl" / "xla"
+
+
+def program_store() -> Path:
+    """Traced programs (`sparqrl.runners.programs`), beside XLA's cache and switched with it."""
+    return compile_cache_dir().parent / "programs"
 
 
 def use_compile_cache(enabled: bool) -> None:
@@ -273,9 +279,8 @@ class _Session:
 
     def execute(self, resuming: bool) -> dict:
         driver, run, stop = self.driver, self.run, self.stop
-        self.meter.start()
-        self.rundir.claim("emissions.csv")
-        self.wall_start = time.perf_counter()  # the meter's own start-up is left out of wall time
+        self.rundir.claim("emissions.csv")  # (claimed before codecarbon may write it)
+        self.meter.start_in_background()  # off the critical path: it overlaps set-up and compilation
         self.checkpointer = Checkpointer(self.rundir.claim("checkpoint"))
         restored = self.restore() if resuming else None  # verified before anything compiles
         stop.check()

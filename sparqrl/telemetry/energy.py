@@ -25,6 +25,7 @@ import importlib.util
 import json
 import logging
 import math
+import threading
 import time
 import warnings
 from collections import deque
@@ -225,8 +226,8 @@ class EnergyMeter:
         self.measure_power_secs = measure_power_secs
         self.method = "not measured: disabled (energy=False)" if not enabled else "not measured: not started"
         self.error: str | None = None
-        self.start_overhead_s = 0.0
         self._tracker: Any = None
+        self._starting: threading.Thread | None = None
         self._quiet: _QuietLog | None = None
         self._reading = (0.0, 0.0)  # (kWh, kg CO2eq) of this session at the last reading
         self._result: dict[str, Any] | None = None
@@ -251,12 +252,24 @@ class EnergyMeter:
                 value = default
             self._prior[key] = value if math.isfinite(value) and value >= 0 else default
 
+    def start_in_background(self) -> "EnergyMeter":
+        """`start()` on a thread of its own: codecarbon's start-up (~1.5 s of probing the hardware) then
+        overlaps with the run's set-up and compilation instead of delaying them. `totals()` and `stop()`
+        wait for it."""
+        if self._starting is None:
+            self._starting = threading.Thread(target=self.start, name="sparqrl-energy-start", daemon=True)
+            self._starting.start()
+        return self
+
+    def _started(self) -> None:
+        if self._starting is not None and self._starting is not threading.current_thread():
+            self._starting.join()
+
     def start(self) -> "EnergyMeter":
         """Start measuring (no-op when disabled or already started). Never raises: a failure leaves the
         meter not measuring, with the reason in `error` and in the summary."""
         if not self.enabled or self._tracker is not None or self._result is not None:
             return self
-        began = time.perf_counter()
         quiet = _QuietLog()
         _attach(quiet)
         tracker = None
@@ -294,12 +307,12 @@ class EnergyMeter:
             self._fail("not measured: interrupted while starting", tracker)
             _detach(quiet)
             raise
-        self.start_overhead_s = time.perf_counter() - began
         return self
 
     def totals(self) -> dict[str, Any]:
         """Running totals of the whole run so far (earlier sessions + this one), for checkpoint meta:
         the `ENERGY_META_KEYS`, JSON-ready. Never raises."""
+        self._started()
         if self._tracker is not None:
             self._read()
         kwh, co2 = self._reading
@@ -315,6 +328,7 @@ class EnergyMeter:
         energy_kwh, co2_kg (None where nothing was measured), energy_country,
         co2_intensity_g_per_kwh, energy_method. Idempotent; never raises (a failed stop reports the
         last reading, or not measured)."""
+        self._started()
         if self._result is not None:
             return dict(self._result)
         tracker, self._tracker = self._tracker, None

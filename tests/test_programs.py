@@ -1,0 +1,65 @@
+"""The traced-program store (`sparqrl.runners.programs`): a second build of the same program loads it and
+computes the same thing; another description, a damaged entry or a function jax.export cannot hold
+never gives a wrong program."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sparqrl.runners.programs import build_program
+
+
+def step(state, n):
+    """A pytree in, a pytree out (a dict and a tuple), like a chunk program."""
+    params, count = state
+    params = jax.tree.map(lambda p: p * 0.5 + n, params)
+    return (params, count + 1), {"norm": sum(jnp.sum(p**2) for p in jax.tree.leaves(params))}
+
+
+STATE = ({"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}, jnp.int32(0))
+
+
+def run(program):
+    out = program(STATE, jnp.float32(2.0))
+    return [np.asarray(x) for x in jax.tree.leaves(out)], jax.tree.structure(out)
+
+
+def test_a_stored_program_is_loaded_and_computes_the_same(tmp_path):
+    first = build_program("step", step, (STATE, jnp.float32(1.0)), describe="a", store=tmp_path)
+    second = build_program("step", step, (STATE, jnp.float32(1.0)), describe="a", store=tmp_path)
+    assert not first.loaded and second.loaded and len(list(tmp_path.iterdir())) == 1
+    (a, tree_a), (b, tree_b) = run(first), run(second)
+    expected, tree = run(lambda *args: jax.jit(step)(*args))
+    assert tree_a == tree_b == tree
+    for x, y, z in zip(a, b, expected, strict=True):
+        np.testing.assert_array_equal(x, z)
+        np.testing.assert_array_equal(y, z)
+    assert jax.tree.structure(second.out_info) == tree
+    assert [s.shape for s in jax.tree.leaves(second.out_info)] == [x.shape for x in expected]
+
+
+def test_another_description_or_shape_is_another_program(tmp_path):
+    build_program("step", step, (STATE, jnp.float32(1.0)), describe="a", store=tmp_path)
+    assert not build_program("step", step, (STATE, jnp.float32(1.0)), describe="b", store=tmp_path).loaded
+    wider = ({"w": jnp.zeros((2, 4)), "b": jnp.ones(4)}, jnp.int32(0))
+    assert not build_program("step", step, (wider, jnp.float32(1.0)), describe="a", store=tmp_path).loaded
+    assert len(list(tmp_path.iterdir())) == 3
+
+
+def test_a_damaged_entry_is_rebuilt(tmp_path):
+    build_program("step", step, (STATE, jnp.float32(1.0)), describe="a", store=tmp_path)
+    (entry,) = tmp_path.iterdir()
+    entry.write_bytes(entry.read_bytes()[:100])  # cut short, as by a full disk
+    rebuilt = build_program("step", step, (STATE, jnp.float32(1.0)), describe="a", store=tmp_path)
+    assert not rebuilt.loaded
+    np.testing.assert_array_equal(run(rebuilt)[0][0], run(lambda *a: jax.jit(step)(*a))[0][0])
+    assert build_program("step", step, (STATE, jnp.float32(1.0)), describe="a", store=tmp_path).loaded
+
+
+def test_a_host_callback_is_compiled_directly_and_not_stored(tmp_path):
+    def with_callback(x):
+        return jax.pure_callback(lambda v: np.asarray(v) * 2, jax.ShapeDtypeStruct(x.shape, x.dtype), x) + 1
+
+    program = build_program("callback", with_callback, (jnp.ones(3),), describe="a", store=tmp_path)
+    np.testing.assert_array_equal(np.asarray(program(jnp.ones(3))), np.full(3, 3.0))
+    assert not program.loaded and not list(tmp_path.iterdir())
