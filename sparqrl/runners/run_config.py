@@ -46,8 +46,9 @@ class RunConfig:
     of the run (env steps, return, steps/s, ETA)."""
     compile_cache: bool = True
     """Keep compiled programs in JAX's persistent compilation cache ($XDG_CACHE_HOME/sparqrl/xla, default
-    ~/.cache/sparqrl/xla), so a second run of the same configuration skips XLA's compilation. From Python,
-    the first run of a process decides for the whole process."""
+    ~/.cache/sparqrl/xla) and their traced form in $XDG_CACHE_HOME/sparqrl/programs, so a second run of the
+    same configuration neither traces nor compiles them. From Python, the first run of a process decides
+    XLA's cache for the whole process."""
     energy: bool = True
     """Measure the run's energy and CO2 with codecarbon's offline tracker (never online): summary.json gets
     energy_kwh, co2_kg and energy_method (how power was read: RAPL, NVML, or codecarbon's estimate), and

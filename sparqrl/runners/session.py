@@ -280,7 +280,6 @@ class _Session:
     def execute(self, resuming: bool) -> dict:
         driver, run, stop = self.driver, self.run, self.stop
         self.rundir.claim("emissions.csv")  # (claimed before codecarbon may write it)
-        self.meter.start_in_background()  # off the critical path: it overlaps set-up and compilation
         self.checkpointer = Checkpointer(self.rundir.claim("checkpoint"))
         restored = self.restore() if resuming else None  # verified before anything compiles
         stop.check()
@@ -296,6 +295,10 @@ class _Session:
         steps_per_seed = bounds[-1] * driver.env_steps_per_update
         session_start = (updates_done * driver.env_steps_per_update, time.perf_counter())
         driver.start(state, updates_done, stop)
+        # Off the critical path: codecarbon's ~1.5 s start-up overlaps the first chunks on the device
+        # instead of delaying compilation (which it slowed by as much, started beside it) or the first
+        # progress line. What it measures therefore starts with training (README, "Energy").
+        self.meter.start_in_background()
         eval_returns = None
         progress = make_progress(run.progress)
         with progress:
