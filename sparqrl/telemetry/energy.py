@@ -26,7 +26,6 @@ import json
 import logging
 import math
 import threading
-import time
 import warnings
 from collections import deque
 from pathlib import Path
