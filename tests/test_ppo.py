@@ -160,6 +160,25 @@ def test_ppo_loss_combines_parts():
     assert float(info.approx_kl) >= 0.0
 
 
+def test_dpo_objective_matches_numpy():
+    """objective=dpo's policy loss as the PPO trainer builds it: advantages normalised over the minibatch,
+    loss = -mean(r A - f(r, A)) with DPO's drift f (alpha on (r-1)A for A >= 0, beta on log(r)A for A < 0)."""
+    log_prob, old_log_prob, advantages, values, old_values, targets = random_minibatch(6)
+    entropy = np.zeros_like(log_prob)
+    config = ppo.Config(objective="dpo", dpo_alpha=2.0, dpo_beta=0.6)
+    objective = ppo.train.policy_objective_for(config)
+    _, info = ppo.ppo_loss(log_prob, old_log_prob, advantages, values, old_values, targets, entropy,
+                           clip_eps=0.2, clip_value=True, vf_coef=0.5, ent_coef=0.01, policy_objective=objective)
+    a = advantages.astype(np.float64)
+    a = (a - a.mean()) / (a.std() + 1e-8)
+    r = np.exp(log_prob.astype(np.float64) - old_log_prob)
+    relu = lambda x: np.maximum(x, 0.0)  # noqa: E731
+    drift = np.where(a >= 0, relu((r - 1) * a - 2.0 * np.tanh((r - 1) * a / 2.0)),
+                     relu(np.log(r) * a - 0.6 * np.tanh(np.log(r) * a / 0.6)))
+    np.testing.assert_allclose(info.policy_loss, -np.mean(r * a - drift), rtol=1e-5, atol=1e-7)
+    assert ppo.train.policy_objective_for(ppo.Config()) is None  # PPO-clip: ppo_loss's own surrogate
+
+
 # ---------------------------------------------------------------------------------------------------
 # Config
 
@@ -200,6 +219,9 @@ def test_default_config_is_purejaxrl_cartpole(cartpole):
         ("max_grad_norm", 0.0),
         ("hidden", ()),
         ("activation", "gelu"),
+        ("objective", "ppo"),
+        ("dpo_alpha", 0.0),
+        ("dpo_beta", -0.6),
     ],
 )
 def test_config_validate_names_the_field(cartpole, field, value):
@@ -312,6 +334,15 @@ def test_ppo_learns_cartpole(cartpole):
     Measured: every seed scores 500 (the v1 maximum); 30-45 s on a shared 2-core CPU, ~10-20 s of it compiling.
     """
     returns = train_and_evaluate(ppo.Config(), cartpole, seed=0, num_seeds=4)
+    assert returns.mean() >= 475.0
+
+
+@pytest.mark.slow
+def test_dpo_learns_cartpole(cartpole):
+    """objective=dpo (DPO's drift, alpha 2, beta 0.6, no ratio clipping) with PureJaxRL's CartPole config,
+    500k steps, 4 seeds vmapped: mean deterministic return >= 475, as PPO. Measured: every seed 500 with
+    seed keys 0 and 1; ~20 s on a 2-core CPU."""
+    returns = train_and_evaluate(ppo.Config(objective="dpo"), cartpole, seed=0, num_seeds=4)
     assert returns.mean() >= 475.0
 
 

@@ -44,6 +44,16 @@ class Config:
     clip_eps: float = 0.2
     """Clipping range of the probability ratio (and of the value change when clip_value is on)."""
 
+    objective: Literal["ppo-clip", "dpo"] = "ppo-clip"
+    """Policy objective: 'ppo-clip' (PPO's clipped surrogate) or 'dpo' (Discovered Policy Optimisation, Lu
+    et al. 2022, arXiv 2210.05639: the surrogate r*A minus DPO's drift, with no ratio clipping)."""
+
+    dpo_alpha: float = 2.0
+    """DPO's alpha: how far the ratio may move for a positive advantage before the drift grows (objective=dpo)."""
+
+    dpo_beta: float = 0.6
+    """DPO's beta: the same for a negative advantage, on log(ratio) (objective=dpo)."""
+
     clip_value: bool = True
     """Clip the value loss: 0.5 * max((v - t)^2, (v_old + clip(v - v_old, +-clip_eps) - t)^2)."""
 
@@ -109,6 +119,9 @@ class Config:
         require(0.0 <= self.gamma <= 1.0, "gamma", self.gamma, "must be in [0, 1]")
         require(0.0 <= self.gae_lambda <= 1.0, "gae_lambda", self.gae_lambda, "must be in [0, 1]")
         positive("clip_eps", self.clip_eps)
+        one_of("objective", self.objective, ("ppo-clip", "dpo"))
+        positive("dpo_alpha", self.dpo_alpha)
+        positive("dpo_beta", self.dpo_beta)
         for name in ("ent_coef", "vf_coef"):
             require(getattr(self, name) >= 0.0, name, getattr(self, name), "must be >= 0")
         positive("max_grad_norm", self.max_grad_norm)

@@ -5,7 +5,7 @@ All functions work on any batch shape; the docstrings name the shapes PPO uses.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -131,16 +131,22 @@ def ppo_loss(
     clip_value: bool,
     vf_coef: float,
     ent_coef: float,
+    policy_objective: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None = None,
 ) -> tuple[jax.Array, LossInfo]:
     """total = policy_loss + vf_coef · value_loss − ent_coef · mean(entropy).
 
     Args:
       log_prob, values, entropy: [N] under the current parameters.
       old_log_prob, old_values, advantages, targets: [N] from the rollout.
+      policy_objective: (log_prob, old_log_prob, advantages) -> policy loss; None: PPO-clip (`policy_loss`
+        with clip_eps). Another drift (DPO) plugs in here (`sparqrl.algos.ppo.objectives`).
     Returns:
       (scalar total loss, LossInfo).
     """
-    pi_loss = policy_loss(log_prob, old_log_prob, advantages, clip_eps)
+    if policy_objective is None:
+        pi_loss = policy_loss(log_prob, old_log_prob, advantages, clip_eps)
+    else:
+        pi_loss = policy_objective(log_prob, old_log_prob, advantages)
     v_loss = value_loss(values, old_values, targets, clip_eps, clip=clip_value)
     mean_entropy = jnp.mean(entropy)
     total = pi_loss + vf_coef * v_loss - ent_coef * mean_entropy

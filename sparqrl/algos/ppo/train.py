@@ -11,7 +11,7 @@ Everything here is for ONE seed; `jax.vmap(make_train(config, env))(keys)` runs 
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +20,8 @@ import optax
 
 from sparqrl.algos.base import Algorithm, episode_metrics, make_train_fn
 from sparqrl.algos.ppo.config import Config
-from sparqrl.algos.ppo.losses import LossInfo, gae, ppo_loss
+from sparqrl.algos.ppo.losses import LossInfo, gae, normalize_advantages, ppo_loss
+from sparqrl.algos.ppo.objectives import dpo_drift, policy_loss as drift_policy_loss
 from sparqrl.envs import (
     Env,
     RunningStats,
@@ -83,6 +84,19 @@ class Learner(NamedTuple):
 
     params: Any
     opt_state: optax.OptState
+
+
+def policy_objective_for(config: Config) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None:
+    """The policy loss of `config.objective` for `ppo_loss`: None for PPO-clip (its own surrogate), else
+    -mean(r * A - drift(r, A)) over minibatch-normalised advantages (`objectives.policy_loss`)."""
+    if config.objective == "ppo-clip":
+        return None
+
+    def dpo(log_prob: jax.Array, old_log_prob: jax.Array, advantages: jax.Array) -> jax.Array:
+        drift = lambda r, a: dpo_drift(r, a, config.dpo_alpha, config.dpo_beta)  # noqa: E731
+        return drift_policy_loss(drift, jnp.exp(log_prob - old_log_prob), normalize_advantages(advantages))
+
+    return dpo
 
 
 def make_algorithm(config: Config, env: Env) -> Algorithm:
@@ -184,6 +198,8 @@ def make_algorithm(config: Config, env: Env) -> Algorithm:
         )
         return state, transition
 
+    policy_objective = policy_objective_for(config)
+
     def loss_fn(params: Any, batch: Batch) -> tuple[jax.Array, LossInfo]:
         dist, values = network.apply(params, batch.obs)
         return ppo_loss(
@@ -198,6 +214,7 @@ def make_algorithm(config: Config, env: Env) -> Algorithm:
             clip_value=config.clip_value,
             vf_coef=config.vf_coef,
             ent_coef=config.ent_coef,
+            policy_objective=policy_objective,
         )
 
     def sgd_step(learner: Learner, minibatch: Batch) -> tuple[Learner, LossInfo]:
