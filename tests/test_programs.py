@@ -28,12 +28,13 @@ def test_a_stored_program_is_loaded_and_computes_the_same(tmp_path):
     first = build_program("step", step, (STATE, jnp.float32(1.0)), describe="a", store=tmp_path)
     second = build_program("step", step, (STATE, jnp.float32(1.0)), describe="a", store=tmp_path)
     assert not first.loaded and second.loaded and len(list(tmp_path.iterdir())) == 1
-    (a, tree_a), (b, tree_b) = run(first), run(second)
+    uncached = build_program("step", step, (STATE, jnp.float32(1.0)), describe="a", store=None)
+    (a, tree_a), (b, tree_b), (c, tree_c) = run(first), run(second), run(uncached)
     expected, tree = run(lambda *args: jax.jit(step)(*args))
-    assert tree_a == tree_b == tree
-    for x, y, z in zip(a, b, expected, strict=True):
-        np.testing.assert_array_equal(x, z)
-        np.testing.assert_array_equal(y, z)
+    assert tree_a == tree_b == tree_c == tree and not uncached.loaded
+    for x, y, u, z in zip(a, b, c, expected, strict=True):
+        for got in (x, y, u):
+            np.testing.assert_array_equal(got, z)
     assert jax.tree.structure(second.out_info) == tree
     assert [s.shape for s in jax.tree.leaves(second.out_info)] == [x.shape for x in expected]
 

@@ -66,14 +66,13 @@ def build_program(name: str, fn: Callable, args: tuple, *, describe: str, store:
         # the arguments' shardings are kept in the program (an exported program without them expects
         # every argument replicated)
         jitted = jax.jit(flat, in_shardings=tuple(s.sharding for s in specs))
-        try:
-            entry = export.export(jitted)(*specs), out_trees[-1]
-        except Exception:  # noqa: BLE001 - what jax.export cannot hold (a host callback) is compiled directly
+        exported = _export(jitted, specs) if path is not None else None
+        if exported is None:  # nothing to store, or nothing jax.export can hold: compiled directly
             compiled = jitted.lower(*specs).compile()
             return Program(compiled, out_trees[-1], _out_info(out_trees[-1], compiled.out_info,
                                                               compiled.output_shardings), loaded=False)
-        if path is not None:
-            _save(path, entry)
+        entry = exported, out_trees[-1]
+        _save(path, entry)
     exported, out_tree = entry
     compiled = jax.jit(exported.call).lower(*specs).compile()
     # (the compiled program's own output shardings: the exported ones leave some unspecified)
@@ -83,6 +82,13 @@ def build_program(name: str, fn: Callable, args: tuple, *, describe: str, store:
 def _out_info(out_tree: Any, avals: Any, shardings: Any) -> Any:
     return jax.tree.unflatten(out_tree, [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
                                          for a, s in zip(jax.tree.leaves(avals), shardings)])
+
+
+def _export(jitted: Any, specs: list) -> Any:
+    try:
+        return export.export(jitted)(*specs)
+    except Exception:  # noqa: BLE001 - e.g. a host callback, which jax.export cannot serialize
+        return None
 
 
 def _load(path: Path) -> tuple[Any, Any] | None:
