@@ -70,6 +70,21 @@ def test_gae_truncation_bootstraps_and_termination_does_not():
     np.testing.assert_allclose(adv, [[1.0 - 0.5, 1.0 + 0.9 * 10.0 - 0.5]], rtol=1e-6)
 
 
+def test_bootstrap_values_matches_numpy_loop():
+    rng = np.random.default_rng(3)
+    T, B = 7, 3
+    values, truncated_value = rng.normal(size=(2, T, B)).astype(np.float32)
+    last_value = rng.normal(size=B).astype(np.float32)
+    truncated = rng.random((T, B)) < 0.3
+    expected = np.empty((T, B), np.float32)
+    for t in range(T):
+        for b in range(B):
+            following = values[t + 1, b] if t + 1 < T else last_value[b]
+            expected[t, b] = truncated_value[t, b] if truncated[t, b] else following
+    got = ppo.losses.bootstrap_values(values, last_value, truncated, truncated_value)
+    np.testing.assert_array_equal(np.asarray(got), expected)
+
+
 def test_gae_does_not_leak_across_episode_ends():
     # The advantage at an episode's last step must not depend on what follows it.
     rng = np.random.default_rng(1)
