@@ -11,29 +11,13 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${BENCH_VENV:-$ROOT/.bench-venv}"
-PYTHON="${PYTHON:-python3.11}"
 
 TORCH_VERSION="2.13.0"
 SB3_VERSION="2.9.2"
 SBX_VERSION="0.28.0"
 
-if ! command -v "$PYTHON" >/dev/null 2>&1; then
-    PYTHON=python3
-fi
-
-if [ ! -x "$VENV/bin/python" ]; then
-    echo "creating $VENV with $($PYTHON -V)"
-    "$PYTHON" -m venv "$VENV"
-fi
-PY="$VENV/bin/python"
-
-have() {  # have PACKAGE VERSION-PREFIX: the installed version starts with it
-    "$PY" - "$1" "$2" <<'EOF' 2>/dev/null
-import sys
-from importlib.metadata import version
-sys.exit(0 if version(sys.argv[1]).startswith(sys.argv[2]) else 1)
-EOF
-}
+source "$ROOT/benchmarks/peer_venv.sh"
+make_venv "$VENV"
 
 if ! have torch "$TORCH_VERSION"; then
     # The CPU wheel is `torch-2.13.0+cpu`; the PyTorch CPU index serves it too where reachable.

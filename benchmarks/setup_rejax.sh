@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Creates the rejax peer's environment for benchmarks/vs_rejax.py: rejax 0.1.3 on CPU JAX in its own
-# venv (.bench-rejax-venv at the repo root, git-ignored by a `*` .gitignore written inside it), so its
-# pins never clash with sparqrl's.
+# venv (.bench-rejax-venv at the repo root, git-ignored), so its pins never clash with sparqrl's.
 #
 #   bash benchmarks/setup_rejax.sh           # idempotent: a second run only checks the versions
 #
@@ -15,7 +14,6 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${BENCH_REJAX_VENV:-$ROOT/.bench-rejax-venv}"
-PYTHON="${PYTHON:-python3.11}"
 
 REJAX_VERSION="0.1.3"
 GYMNAX_VERSION="0.0.9"
@@ -25,25 +23,8 @@ PINS=(
     "tfp-nightly==0.26.0.dev20261027" "numpy==2.4.6" "gymnasium==1.3.0" "matplotlib==3.11.2"
 )
 
-if ! command -v "$PYTHON" >/dev/null 2>&1; then
-    PYTHON=python3
-fi
-
-if [ ! -x "$VENV/bin/python" ]; then
-    echo "creating $VENV with $($PYTHON -V)"
-    "$PYTHON" -m venv "$VENV"
-fi
-# keep the venv out of git without touching the repo's .gitignore (what `python -m venv` does from 3.13)
-[ -f "$VENV/.gitignore" ] || echo '*' > "$VENV/.gitignore"
-PY="$VENV/bin/python"
-
-have() {  # have PACKAGE VERSION: the installed version is exactly it
-    "$PY" - "$1" "$2" <<'EOF' 2>/dev/null
-import sys
-from importlib.metadata import version
-sys.exit(0 if version(sys.argv[1]) == sys.argv[2] else 1)
-EOF
-}
+source "$ROOT/benchmarks/peer_venv.sh"
+make_venv "$VENV"
 
 if ! have rejax "$REJAX_VERSION" || ! have gymnax "$GYMNAX_VERSION" || ! have jax 0.10.2 || ! have jaxlib 0.10.2; then
     "$PY" -m pip install --quiet --disable-pip-version-check \

@@ -11,9 +11,9 @@ below are loaded from `gym_env` on first use, so a device run starts without it.
 
 from __future__ import annotations
 
-from sparqrl.config import ConfigError, close_matches
 from typing import Any
 
+from sparqrl.config import ConfigError, close_matches
 from sparqrl.envs.core import Box, Discrete, Env, Space, StepOut, action_dim, is_discrete, is_host_env
 from sparqrl.envs.wrappers import EpisodeStats, RunningStats, normalize, running_stats_init, running_stats_update
 

@@ -16,6 +16,7 @@ is keyed by the lowered HLO, so it needs the lowering it would save).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -98,20 +99,22 @@ def _load(path: Path) -> tuple[Any, Any] | None:
     except FileNotFoundError:
         return None
     except Exception:  # noqa: BLE001 - a damaged entry (cut short, another format) is rebuilt
-        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # (an unreadable cache folder only costs the time to rebuild)
+            path.unlink()
         return None
 
 
 def _save(path: Path, entry: tuple[Any, Any]) -> None:
     exported, out_tree = entry
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         data = pickle.dumps({"exported": bytes(exported.serialize()), "out_tree": out_tree})
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(data)
         os.replace(tmp, path)  # whole or not at all: runs side by side may store the same entry
     except Exception:  # noqa: BLE001 - a cache that cannot be written (full disk, read-only) costs only time
-        pass
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def _key(name: str, describe: str, specs: list, in_tree: Any) -> str:

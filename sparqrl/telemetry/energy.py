@@ -252,9 +252,8 @@ class EnergyMeter:
             self._prior[key] = value if math.isfinite(value) and value >= 0 else default
 
     def start_in_background(self) -> "EnergyMeter":
-        """`start()` on a thread of its own: codecarbon's start-up (~1.5 s of probing the hardware) then
-        overlaps with the run's set-up and compilation instead of delaying them. `totals()` and `stop()`
-        wait for it."""
+        """`start()` on a thread of its own, so that codecarbon's start-up (~1.5 s of probing the hardware)
+        overlaps the work that follows instead of delaying it. `totals()` and `stop()` wait for it."""
         if self._starting is None:
             self._starting = threading.Thread(target=self.start, name="sparqrl-energy-start", daemon=True)
             self._starting.start()

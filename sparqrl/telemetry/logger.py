@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import math
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -36,9 +35,6 @@ class RunLogger:
     (written before the interruption) are dropped, so the logs equal those of an uninterrupted run.
     """
 
-    TB_FLUSH_S = 2.0
-    """TensorBoard's events are flushed (and synced to disk) at most this often; metrics.csv every chunk."""
-
     def __init__(self, out: Path, resume_chunk: int | None = None, resume_step: int | None = None):
         self.csv_path = out / "metrics.csv"
         if resume_chunk is not None and self.csv_path.exists():
@@ -48,36 +44,31 @@ class RunLogger:
             with self.csv_path.open(newline="") as f:
                 self._columns = next(csv.reader(f), None)
         self._tb = SummaryWriter(str(out / "tensorboard"), purge_step=resume_step)
-        self._csv = self.csv_path.open("a", newline="")  # kept open: a chunk's rows are flushed, not reopened
-        self._flushed = time.perf_counter()
 
     def log(self, chunk: int, env_step: int, wall_time_s: float, per_seed: dict[str, np.ndarray]) -> None:
         """`per_seed`: metric name -> [seeds] values (NaN where a seed has no value this chunk)."""
         seeds = len(next(iter(per_seed.values())))
-        writer = csv.writer(self._csv)
         if self._columns is None:
-            self._columns = FIRST_COLUMNS + sorted(k for k in per_seed if k not in FIRST_COLUMNS)
-            writer.writerow(self._columns)
-        for seed in range(seeds):
-            fixed = {"chunk": chunk, "env_step": env_step, "seed": seed, "wall_time_s": round(wall_time_s, 3)}
-            writer.writerow([fixed[c] if c in fixed else _fmt(per_seed.get(c, [math.nan] * seeds)[seed])
-                             for c in self._columns])
-        self._csv.flush()
+            extra = sorted(k for k in per_seed if k not in FIRST_COLUMNS)
+            self._columns = FIRST_COLUMNS + extra
+            with self.csv_path.open("w", newline="") as f:
+                csv.writer(f).writerow(self._columns)
+        with self.csv_path.open("a", newline="") as f:
+            writer = csv.writer(f)
+            for seed in range(seeds):
+                fixed = {"chunk": chunk, "env_step": env_step, "seed": seed, "wall_time_s": round(wall_time_s, 3)}
+                row = [fixed[c] if c in fixed else _fmt(per_seed.get(c, [math.nan] * seeds)[seed]) for c in self._columns]
+                writer.writerow(row)
         for name, values in per_seed.items():
             values = np.asarray(values, np.float64)
             if np.all(np.isnan(values)):
                 continue
             group = "eval" if name.startswith("eval") else "train"
             self._tb.add_scalar(f"{group}/{name}", float(np.nanmean(values)), env_step)
-        if time.perf_counter() - self._flushed >= self.TB_FLUSH_S:
-            self._tb.flush()
-            self._flushed = time.perf_counter()
+        self._tb.flush()
 
     def close(self) -> None:
-        try:
-            self._csv.close()
-        finally:
-            self._tb.close()
+        self._tb.close()
 
 
 def _fmt(value: float) -> str:
