@@ -2,11 +2,20 @@
 
 An algorithm is a bundle of pure functions over its own typed state for ONE seed (`Algorithm`).
 The runners vmap it over seeds, scan `update` in chunks, and shard the seed axis over devices.
+
+Hyperparameters as inputs. Each algorithm's Config names in `TRACED` the numeric fields its compiled
+program takes as traced inputs (`hparams`: a dict of float32 scalars, per member [M] once vmapped),
+so that settings x seeds (a sweep, an evolved population) run as one program. The algorithm is built
+again inside the trace from the config with those fields replaced by tracers (`with_hparams`):
+`make_algorithm` reads them like any other field, and only skips its host-side checks for such a
+config (`has_tracers`), the concrete values having been checked before tracing (`check_hparams`).
+Every other field fixes shapes or loop counts and stays static.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+import dataclasses
+from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -40,12 +49,57 @@ class Algorithm(NamedTuple):
     """Static facts for summary.json (e.g. a sparse run's sparsities and size/FLOPs ratios)."""
 
 
+HParams = dict[str, jax.Array]
+"""Traced hyperparameters: Config field name -> float32 value ([] for one member, [M] for M)."""
+
+
+def traced_fields(config: Any) -> tuple[str, ...]:
+    """The fields of `config` its algorithm takes as traced inputs (the Config's `TRACED`)."""
+    return tuple(getattr(type(config), "TRACED", ()))
+
+
+def hparams_of(config: Any) -> dict[str, float]:
+    """The traced hyperparameters' values in `config`, as host floats."""
+    return {name: float(getattr(config, name)) for name in traced_fields(config)}
+
+
+def with_hparams(config: Any, hparams: Mapping[str, Any]) -> Any:
+    """`config` with traced fields replaced by `hparams` (tracers inside a program, floats outside)."""
+    return dataclasses.replace(config, **hparams)
+
+
+def has_tracers(config: Any) -> bool:
+    """True for a config built by `with_hparams` inside a trace: its checks ran on the concrete values."""
+    return any(isinstance(getattr(config, name), jax.core.Tracer) for name in traced_fields(config))
+
+
 def make_train_fn(algo: Algorithm) -> Callable[[jax.Array], tuple[Any, dict[str, jax.Array]]]:
-    """The whole run as one pure function `train(key) -> (state, metrics [num_updates])`."""
+    """The whole run of one built algorithm (its hyperparameters constants) as one pure function
+    `train(key) -> (state, metrics [num_updates])`."""
 
     def train(key: jax.Array) -> tuple[Any, dict[str, jax.Array]]:
         state = algo.init(key)
         return jax.lax.scan(lambda s, _: algo.update(s), state, None, length=algo.num_updates)
+
+    return train
+
+
+def make_hparams_train_fn(make_algorithm: Callable[[Any, Any], Algorithm], config: Any, env: Any
+                          ) -> Callable[..., tuple[Any, dict[str, jax.Array]]]:
+    """The whole run as one pure function `train(key, hparams=None) -> (state, metrics [num_updates])`.
+
+    `config` must be checked and resolved (`Config.validate(env)`); `hparams` (float32 scalars, by name
+    of `traced_fields(config)`, any subset) replace those fields as traced inputs, so `jax.vmap(train)`
+    over keys and hparams trains many settings in one program. None: the config's values, as inputs.
+    """
+    names = traced_fields(config)
+
+    def train(key: jax.Array, hparams: Mapping[str, jax.Array] | None = None) -> tuple[Any, dict[str, jax.Array]]:
+        given = {} if hparams is None else dict(hparams)
+        values = {n: given.pop(n, jnp.float32(getattr(config, n))) for n in names}
+        if given:
+            raise KeyError(f"not traced hyperparameters of {type(config).__qualname__}: {sorted(given)}")
+        return make_train_fn(make_algorithm(with_hparams(config, values), env))(key)
 
     return train
 

@@ -1,4 +1,8 @@
-"""The on-device ("Anakin") runner: one jitted program per chunk of updates, seeds vmapped.
+"""The on-device ("Anakin") runner: one jitted program per chunk of updates, members vmapped.
+
+A member is one training: a seed of one setting of the traced hyperparameters (`algos.base`). A
+`train` run has one setting, so its members are its seeds; a sweep has settings x seeds members, setting
+s's seed k at index s * seeds + k with seed k's key, so each equals the `train` run of that setting.
 
 The host loop between chunks logs, draws the progress bar, evaluates and checkpoints; nothing else
 leaves the device. The chunk program is a `lax.while_loop` whose trip count is an argument, so
@@ -21,11 +25,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from sparqrl import config as cfg
 from sparqrl.algos import Algorithm, evaluate, get_algorithm
-from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM
+from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM, HParams, hparams_of, traced_fields, with_hparams
 from sparqrl.envs import Env, make_env
 from sparqrl.devices import seed_spread
 from sparqrl.runners.programs import Program, build_program
-from sparqrl.runners.rundir import RunDir, open_run_dir, start_run_dir
+from sparqrl.runners.rundir import RunDir, open_run_dir, saved_sweep, start_run_dir
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.runners.session import (check_memory, chunk_bounds, eval_summary, program_store, run_session,
                                      saved_state)
@@ -51,14 +55,16 @@ def over_seeds(fn: Callable, in_axes: tuple = (0,)) -> Callable:
     return wrapped
 
 
-def chunk_program(algo: Algorithm) -> Callable[[Any, jax.Array], tuple[Any, dict[str, jax.Array]]]:
-    """`(state [S], n) -> (state [S], metrics [S])`: n updates per seed, metrics reduced on device.
+def chunk_program(algo_at: Callable[[HParams], Algorithm]) -> Callable[..., tuple[Any, dict[str, jax.Array]]]:
+    """`(state [M], hparams [M], n) -> (state [M], metrics [M])`: n updates per member, metrics reduced on
+    device.
 
-    Returns per seed: episode_return (mean over episodes finished in the chunk, NaN if none),
+    Returns per member: episode_return (mean over episodes finished in the chunk, NaN if none),
     episodes (their count) and the mean of every other metric over the n updates.
     """
 
-    def one_seed(state: Any, n: jax.Array) -> tuple[Any, dict[str, jax.Array]]:
+    def one_seed(state: Any, hparams: HParams, n: jax.Array) -> tuple[Any, dict[str, jax.Array]]:
+        algo = algo_at(hparams)
         shapes = jax.eval_shape(algo.update, state)[1]
         zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
@@ -75,7 +81,40 @@ def chunk_program(algo: Algorithm) -> Callable[[Any, jax.Array], tuple[Any, dict
         out["episodes"] = count
         return state, out
 
-    return over_seeds(one_seed, (0, None))
+    return over_seeds(one_seed, (0, 0, None))
+
+
+def init_program(algo_at: Callable[[HParams], Algorithm]) -> Callable[[jax.Array, HParams], Any]:
+    """`(keys [M], hparams [M]) -> state [M]`."""
+    return over_seeds(lambda key, hparams: algo_at(hparams).init(key), (0, 0))
+
+
+def eval_program(algo_at: Callable[[HParams], Algorithm], env: Env, episodes: int) -> Callable[..., jax.Array]:
+    """`(state [M], hparams [M], keys [M]) -> returns [M, episodes]` of the deterministic policy."""
+
+    def one(state: Any, hparams: HParams, key: jax.Array) -> jax.Array:
+        algo = algo_at(hparams)
+        return evaluate(env, algo.act, algo.policy(state), key, episodes)
+
+    return over_seeds(one, (0, 0, 0))
+
+
+def algorithm_at(module: Any, config: Any, env: Env) -> Callable[[HParams], Algorithm]:
+    """The algorithm of a checked `config` with its traced fields set from `hparams` (tracers)."""
+    return lambda hparams: module.make_algorithm(with_hparams(config, hparams), env)
+
+
+def member_hparams(config: Any, settings: list[dict[str, float]] | None, seeds: int) -> dict[str, np.ndarray]:
+    """float32 [settings * seeds] per traced field: each setting's values (the config's for the fields
+    it leaves out), repeated for its seeds. No settings: the config's own values for `seeds` members."""
+    rows = [{**hparams_of(config), **setting} for setting in (settings or [{}])]
+    return {name: np.repeat(np.array([row[name] for row in rows], np.float32), seeds) for name in traced_fields(config)}
+
+
+def static_describe(algo_name: str, config: Any) -> str:
+    """What a program closes over: the config without its traced fields (inputs, not constants), so that
+    runs that differ only in those share their stored programs (`programs`)."""
+    return f"{algo_name} {with_hparams(config, {name: None for name in traced_fields(config)})!r}"
 
 
 def per_device(fn: Callable, sharding: NamedSharding, in_specs: tuple, out_specs: Any) -> Callable:
@@ -95,6 +134,11 @@ def eval_keys(seed: int, seeds: int) -> jax.Array:
     return jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 0x5EED), seeds)
 
 
+def member_keys(keys: jax.Array, members: int) -> jax.Array:
+    """Seed keys [seeds] repeated for each setting: member s * seeds + k gets key k."""
+    return jnp.tile(keys, (members // keys.shape[0], 1))
+
+
 # ---------------------------------------------------------------------------------------------
 # The run
 
@@ -102,18 +146,24 @@ def eval_keys(seed: int, seeds: int) -> jax.Array:
 class AnakinDriver:
     """The on-device run for the shared session loop (`sparqrl.runners.session`)."""
 
-    def __init__(self, algo: Algorithm, env: Env, run: RunConfig, describe: str):
-        self.algo, self.env, self.run = algo, env, run
+    def __init__(self, algo_at: Callable[[HParams], Algorithm], algo: Algorithm, env: Env, run: RunConfig,
+                 describe: str, hparams: dict[str, np.ndarray]):
+        """`algo`: the algorithm at the config's own values (static facts); `hparams`: [members] per traced
+        field, members a multiple of run.seeds (`member_hparams`)."""
+        self.algo_at, self.algo, self.env, self.run = algo_at, algo, env, run
         self.describe = f"{describe} env={run.env} eval_episodes={run.eval_episodes}"  # what the programs close over
         self.bounds = chunk_bounds(algo.num_updates, run.chunks)
         self.env_steps_per_update = algo.env_steps_per_update
         self.compile_time_s = 0.0
         self.startup_s = 0.0
         self.programs_loaded = 0  # of the 3 programs, how many came traced from the cache (`programs`)
-        self.sharding = seed_sharding(run.seeds)
+        self.members = len(next(iter(hparams.values()))) if hparams else run.seeds
+        self.sharding = seed_sharding(self.members)
         self.replicated = NamedSharding(self.sharding.mesh, PartitionSpec())
-        self.keys = jax.device_put(jax.random.split(jax.random.PRNGKey(run.seed), run.seeds), self.sharding)
-        self.eval_keys = jax.device_put(eval_keys(run.seed, run.seeds), self.sharding)
+        self.hparams = jax.device_put({k: jnp.asarray(v) for k, v in hparams.items()}, self.sharding)
+        seed_keys = jax.random.split(jax.random.PRNGKey(run.seed), run.seeds)
+        self.keys = jax.device_put(member_keys(seed_keys, self.members), self.sharding)
+        self.eval_keys = jax.device_put(member_keys(eval_keys(run.seed, run.seeds), self.members), self.sharding)
         self._inflight: tuple[Any, dict[str, jax.Array]] | None = None
 
     def abstract_state(self) -> Any:
@@ -132,23 +182,23 @@ class AnakinDriver:
             return build_program(name, per_device(fn, sharding, in_specs, out_specs), args, describe=self.describe,
                                  store=store)
 
-        self._init = build("init", over_seeds(algo.init), (seeds,), seeds, self.keys)
+        self._init = build("init", init_program(self.algo_at), (seeds, seeds), seeds, self.keys, self.hparams)
         abstract = self._init.out_info
-        self._chunk = build("chunk", chunk_program(algo), (seeds, replicated), (seeds, seeds), abstract,
-                            jax.device_put(jnp.int32(1), self.replicated))
-        eval_all = over_seeds(lambda s, k: evaluate(env, algo.act, algo.policy(s), k, run.eval_episodes), (0, 0))
-        self._evaluate = build("evaluate", eval_all, (seeds, seeds), seeds, abstract, self.eval_keys)
+        self._chunk = build("chunk", chunk_program(self.algo_at), (seeds, seeds, replicated), (seeds, seeds),
+                            abstract, self.hparams, jax.device_put(jnp.int32(1), self.replicated))
+        self._evaluate = build("evaluate", eval_program(self.algo_at, env, run.eval_episodes), (seeds, seeds, seeds),
+                               seeds, abstract, self.hparams, self.eval_keys)
         self.programs_loaded = sum(p.loaded for p in (self._init, self._chunk, self._evaluate))
         self.compile_time_s += time.perf_counter() - start
 
     def init_state(self) -> Any:
-        return self._init(self.keys)
+        return self._init(self.keys, self.hparams)
 
     def _launch(self, chunk: int, state: Any) -> None:
         if chunk < len(self.bounds):
             n = self.bounds[chunk] - (self.bounds[chunk - 1] if chunk else 0)
             # the trip count is placed as the compiled program expects it (replicated over devices)
-            self._inflight = self._chunk(state, jax.device_put(jnp.int32(n), self.replicated))
+            self._inflight = self._chunk(state, self.hparams, jax.device_put(jnp.int32(n), self.replicated))
 
     def start(self, state: Any, updates_done: int, stop: Any) -> None:
         self._launch(self.bounds.index(updates_done) + 1 if updates_done else 0, state)
@@ -161,7 +211,7 @@ class AnakinDriver:
         return state, {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
 
     def evaluate(self, state: Any) -> np.ndarray:
-        return np.asarray(self._evaluate(state, self.eval_keys))
+        return np.asarray(self._evaluate(state, self.hparams, self.eval_keys))
 
     def interrupted_state(self) -> None:
         return None  # only whole chunks: the session saves the last logged one
@@ -191,12 +241,23 @@ def prepare(algo_name: str, algo_config: Any, run: RunConfig) -> tuple[Any, Any,
     return module, algo_config, env
 
 
-def train(algo_name: str, algo_config: Any, run: RunConfig, *, on_chunk: Callable[[int], None] | None = None) -> dict:
-    """Train from scratch; returns the summary (also written to `run.out/summary.json`)."""
+def make_driver(algo_name: str, module: Any, algo_config: Any, env: Env, run: RunConfig,
+                settings: list[dict[str, float]] | None = None) -> AnakinDriver:
+    """The driver of a checked config; `settings` (a sweep's) x run.seeds members, else run.seeds."""
+    return AnakinDriver(algorithm_at(module, algo_config, env), module.make_algorithm(algo_config, env), env, run,
+                        static_describe(algo_name, algo_config), member_hparams(algo_config, settings, run.seeds))
+
+
+def train(algo_name: str, algo_config: Any, run: RunConfig, *, settings: list[dict[str, float]] | None = None,
+          on_chunk: Callable[[int], None] | None = None) -> dict:
+    """Train from scratch (every setting of a sweep x run.seeds); returns the summary (also written to
+    `run.out/summary.json`)."""
     module, algo_config, env = prepare(algo_name, algo_config, run)
-    driver = AnakinDriver(module.make_algorithm(algo_config, env), env, run, f"{algo_name} {algo_config!r}")
+    if settings is not None:
+        check_settings(algo_config, env, settings)
+    driver = make_driver(algo_name, module, algo_config, env, run, settings)
     check_memory(driver.abstract_state(), run)
-    rundir = start_run_dir(algo_name, algo_config, run)
+    rundir = start_run_dir(algo_name, algo_config, run, sweep=settings)
     return run_session(rundir, run, algo_name, driver, resuming=False, on_chunk=on_chunk)
 
 
@@ -204,29 +265,31 @@ def resume(rundir: RunDir, algo_name: str, algo_config: Any, run: RunConfig, *,
            on_chunk: Callable[[int], None] | None = None) -> dict:
     """Continue the run in `rundir` from its newest intact checkpoint, with its saved configuration."""
     module, algo_config, env = prepare(algo_name, algo_config, run)
-    driver = AnakinDriver(module.make_algorithm(algo_config, env), env, run, f"{algo_name} {algo_config!r}")
+    driver = make_driver(algo_name, module, algo_config, env, run, saved_sweep(rundir.path))
     return run_session(rundir, run, algo_name, driver, resuming=True, on_chunk=on_chunk)
 
 
-def _abstract_init(algo: Algorithm, run: RunConfig) -> Any:
-    return jax.eval_shape(jax.vmap(algo.init), jax.random.split(jax.random.PRNGKey(run.seed), run.seeds))
+def check_settings(algo_config: Any, env: Env, settings: list[dict[str, float]]) -> None:
+    """Every setting of a sweep passes the config's own checks (one line naming the field and value)."""
+    for setting in settings:
+        with_hparams(algo_config, setting).validate(env)
 
 
-def load_state(out: str | Path) -> tuple[str, Any, RunConfig, Env, Algorithm, Any]:
-    """The saved run in `out`: its configs, environment, algorithm and newest intact checkpointed state."""
+def load_state(out: str | Path) -> tuple[str, Any, RunConfig, Env, AnakinDriver, Any]:
+    """The saved run in `out`: its configs, environment, driver (nothing compiled) and newest intact state."""
     rundir, algo_name, algo_config, run = open_run_dir(out, "DIR")
     module, algo_config, env = prepare(algo_name, algo_config, run)
-    algo = module.make_algorithm(algo_config, env)
-    state = saved_state(rundir, _abstract_init(algo, run))
-    return algo_name, algo_config, run, env, algo, state
+    driver = make_driver(algo_name, module, algo_config, env, run, saved_sweep(rundir.path))
+    state = saved_state(rundir, driver.abstract_state())
+    return algo_name, algo_config, run, env, driver, state
 
 
 def evaluate_saved(rundir: RunDir, algo_name: str, algo_config: Any, run: RunConfig, episodes: int,
                    seed: int | None) -> dict:
-    """Evaluate the saved policy of the run in `rundir`: deterministic episodes per seed."""
+    """Evaluate the saved policy of the run in `rundir`: deterministic episodes per member."""
     module, algo_config, env = prepare(algo_name, algo_config, run)
-    algo = module.make_algorithm(algo_config, env)
-    state = saved_state(rundir, _abstract_init(algo, run))
-    keys = eval_keys(run.seed if seed is None else seed, run.seeds)
-    returns = jax.jit(over_seeds(lambda s, k: evaluate(env, algo.act, algo.policy(s), k, episodes), (0, 0)))(state, keys)
+    driver = make_driver(algo_name, module, algo_config, env, run, saved_sweep(rundir.path))
+    state = saved_state(rundir, driver.abstract_state())
+    keys = member_keys(eval_keys(run.seed if seed is None else seed, run.seeds), driver.members)
+    returns = jax.jit(eval_program(driver.algo_at, env, episodes))(state, driver.hparams, keys)
     return eval_summary(run, episodes, np.asarray(returns).mean(axis=1))

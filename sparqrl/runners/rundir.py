@@ -114,10 +114,11 @@ def check_out(run: RunConfig) -> None:
                 f"is on a full disk ({free // 2**20} MiB free, a run needs at least {MIN_FREE_BYTES // 2**20} MiB)")
 
 
-def start_run_dir(algo_name: str, algo_config: Any, run: RunConfig) -> RunDir:
-    """The output folder of a new run, holding its manifest and resolved config.json. Called once every
-    input check has passed: only then is an earlier run in the folder (with `--overwrite`) deleted, and
-    only the files that run recorded."""
+def start_run_dir(algo_name: str, algo_config: Any, run: RunConfig, sweep: list[dict[str, float]] | None = None
+                  ) -> RunDir:
+    """The output folder of a new run, holding its manifest and resolved config.json (with a sweep's
+    settings under "sweep"). Called once every input check has passed: only then is an earlier run in the
+    folder (with `--overwrite`) deleted, and only the files that run recorded."""
     check_out(run)
     out = Path(run.out)
     try:
@@ -129,6 +130,8 @@ def start_run_dir(algo_name: str, algo_config: Any, run: RunConfig) -> RunDir:
         out.mkdir(parents=True, exist_ok=True)
         rundir = RunDir(out, [])
         data = {"algo": algo_name, "run": cfg.to_dict(run), "config": cfg.to_dict(algo_config)}
+        if sweep is not None:
+            data["sweep"] = sweep
         rundir.write_text(CONFIG, json.dumps(data, indent=2, sort_keys=True))
     except OSError as error:
         cfg.fail("out", run.out, f"cannot be written: {os_reason(error)}")
@@ -159,6 +162,11 @@ def open_run_dir(path: str | Path, field: str = "resume") -> tuple[RunDir, str, 
     except (OSError, ValueError, KeyError, TypeError) as error:
         cfg.fail(field, str(path), f"holds a damaged {CONFIG} ({type(error).__name__}: {error})")
     return RunDir(out, held[1]), data["algo"], algo_config, run
+
+
+def saved_sweep(path: Path) -> list[dict[str, float]] | None:
+    """The settings of the sweep whose folder is `path` (read after `open_run_dir`), None for a train run."""
+    return json.loads((Path(path) / CONFIG).read_text()).get("sweep")
 
 
 def os_reason(error: OSError) -> str:

@@ -114,6 +114,7 @@ class SebulbaDriver:
         self.T = run.fragment_steps
         self.bounds = chunk_bounds(p.fragments, run.chunks)
         self.env_steps_per_update = self.T * p.al.num_envs
+        self.members = run.seeds
         self.compile_time_s = 0.0
         self.timers = dict.fromkeys(TIMERS, 0.0)
         self.prior = {"versions": 0, "restarts": 0}

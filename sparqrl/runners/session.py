@@ -53,6 +53,7 @@ class Driver(Protocol):
 
     bounds: list[int]  # cumulative learner updates at the end of each chunk
     env_steps_per_update: int  # per seed
+    members: int  # trainings in the program: run.seeds, or a sweep's settings x seeds
     compile_time_s: float  # this session's compilation so far
     startup_s: float  # this session's other set-up kept out of env_steps_per_s (starting actors)
 
@@ -317,7 +318,7 @@ class _Session:
                 # Only a logged chunk may be checkpointed on Ctrl-C: a resume truncates the CSV to its
                 # checkpoint, so a row past it is redone, but a row missing before it would be lost.
                 self.latest = (chunk + 1, bounds[chunk], state)  # one assignment: an interrupt sees a consistent triple
-                rate = (env_step - session_start[0]) * run.seeds / max(time.perf_counter() - session_start[1], 1e-9)
+                rate = (env_step - session_start[0]) * driver.members / max(time.perf_counter() - session_start[1], 1e-9)
                 progress.update(task, completed=env_step, sps=rate, ret=_fmt_return(per_seed))
                 due = (chunk + 1) % run.checkpoint_every == 0
                 if is_last or (due and time.perf_counter() - self.last_save >= run.checkpoint_interval_s):
@@ -365,7 +366,7 @@ class _Session:
             "final_return_per_seed": [float(x) for x in final],
             "eval_episodes": self.run.eval_episodes,
             "wall_time_s": wall,
-            "env_steps_per_s": steps_per_seed * self.run.seeds / max(wall - excluded, 1e-9),
+            "env_steps_per_s": steps_per_seed * self.driver.members / max(wall - excluded, 1e-9),
             "compile_time_s": self.compile_time(),
             "device": device_name(),
             **self.driver.summary(),

@@ -8,7 +8,7 @@ means what it says: `train_interval=10` is one gradient step per 10 env steps wh
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, get_args
+from typing import ClassVar, Literal, get_args
 
 from sparqrl.config import fail, in_unit_interval, one_of, positive, require
 from sparqrl.envs import Env, is_discrete
@@ -21,6 +21,10 @@ Activation = Literal["relu", "tanh"]
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Deep Q-Network (Mnih et al. 2015), optionally Double DQN (van Hasselt et al. 2016)."""
+
+    TRACED: ClassVar[tuple[str, ...]] = ("lr", "epsilon_start", "epsilon_finish", "tau", "gamma")
+    """Fields the compiled program takes as traced inputs (`algos.base`): a sweep or an evolved
+    population varies them inside one program. Every other field is static."""
 
     total_timesteps: int = 500_000
     """Environment steps to train for, summed over all parallel environments."""

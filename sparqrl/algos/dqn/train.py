@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import optax
 
 from sparqrl import replay
-from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, episode_metrics, make_train_fn
+from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, episode_metrics, has_tracers, make_hparams_train_fn
 from sparqrl.algos.dqn.config import Config
 from sparqrl.algos.dqn.losses import apex_priority, chosen_q, q_target, td_loss, weighted_td_loss
 from sparqrl.config import fail
@@ -265,7 +265,8 @@ def _example_transition(observation_shape: tuple[int, ...]) -> Transition:
 
 def make_algorithm(config: Config, env: Env) -> Algorithm:
     """DQN for `env` (discrete actions). The config is checked here, on the host, before any tracing."""
-    config.validate(env)
+    if not has_tracers(config):
+        config.validate(env)
     num_envs = config.num_envs
     network = _q_network(config, env)
     optimizer = make_optimizer(config)
@@ -354,8 +355,8 @@ def make_algorithm(config: Config, env: Env) -> Algorithm:
 
 
 def make_train(config: Config, env: Env) -> Callable[[jax.Array], tuple[DQNState, dict[str, jax.Array]]]:
-    """The whole run as `train(key) -> (state, metrics [num_updates])`, jittable and vmappable over keys."""
-    return make_train_fn(make_algorithm(config, env))
+    """The whole run as `train(key, hparams=None) -> (state, metrics [num_updates])` (`base.make_hparams_train_fn`)."""
+    return make_hparams_train_fn(make_algorithm, config.validate(env), env)
 
 
 # ---- actor-learner runner (host environments, Ape-X) -----------------------------------------

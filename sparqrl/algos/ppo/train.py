@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from sparqrl.algos.base import Algorithm, episode_metrics, make_train_fn
+from sparqrl.algos.base import Algorithm, episode_metrics, has_tracers, make_hparams_train_fn
 from sparqrl.algos.ppo.config import Config
 from sparqrl.algos.ppo.losses import LossInfo, bootstrap_values, gae, normalize_advantages, ppo_loss
 from sparqrl.algos.ppo.objectives import dpo_drift, policy_loss as drift_policy_loss
@@ -102,7 +102,8 @@ def policy_objective_for(config: Config) -> Callable[[jax.Array, jax.Array, jax.
 
 def make_algorithm(config: Config, env: Env) -> Algorithm:
     """PPO over `env` (Discrete or Box actions). Raises `ConfigError` before tracing on a bad config."""
-    config.validate(env)
+    if not has_tracers(config):
+        config.validate(env)
     discrete = is_discrete(env)
     network = ActorCritic(
         action_dim=action_dim(env),
@@ -288,5 +289,5 @@ def make_algorithm(config: Config, env: Env) -> Algorithm:
 
 
 def make_train(config: Config, env: Env):
-    """`train(key) -> (PPOState, metrics [num_updates])`, jittable and vmappable over keys."""
-    return make_train_fn(make_algorithm(config, env))
+    """The whole run as `train(key, hparams=None) -> (PPOState, metrics [num_updates])` (`base.make_hparams_train_fn`)."""
+    return make_hparams_train_fn(make_algorithm, config.validate(env), env)

@@ -29,6 +29,10 @@ GrowScore = Literal["with_actor_grad", "critic_loss"]
 class Config(OffPolicyConfig):
     """Soft Actor-Critic (Haarnoja et al. 2018, automatic entropy tuning), dense or sparse (RLx2)."""
 
+    TRACED: ClassVar[tuple[str, ...]] = ("actor_lr", "critic_lr", "alpha_lr", "gamma", "tau", "init_alpha",
+                                         "target_entropy_per_dim")
+    """Fields the compiled program takes as traced inputs (`algos.base`): a sweep or an evolved
+    population varies them inside one program. Every other field is static."""
     PRESETS: ClassVar[dict[str, Preset]] = {
         "halfcheetah": (0.90, 0.80), "hopper": (0.98, 0.95), "walker2d": (0.90, 0.90), "ant": (0.90, 0.75),
     }

@@ -24,11 +24,10 @@ from typing import Any, Callable, NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from sparqrl import returns
-from sparqrl.algos.base import ActorLearner, Algorithm, make_train_fn
+from sparqrl.algos.base import ActorLearner, Algorithm, has_tracers, make_hparams_train_fn
 from sparqrl.algos.offpolicy import loop
 from sparqrl.algos.offpolicy.loop import Transition
 from sparqrl.algos.sac.config import Config
@@ -124,7 +123,7 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
         actor_params, critic_params = init_params(params_key)
         actor, actor_opt = actor_training.init(actor_mask_key, actor_params)
         critic, critic_opt = critic_training.init(critic_mask_key, critic_params)
-        log_alpha = jnp.asarray(np.log(config.init_alpha), jnp.float32)
+        log_alpha = jnp.log(jnp.asarray(config.init_alpha, jnp.float32))
         return SACAgent(actor, critic, critic, log_alpha, actor_opt, critic_opt, alpha_opt.init(log_alpha),
                         jax.tree.map(jnp.zeros_like, critic))
 
@@ -259,10 +258,11 @@ def make_actor_learner(config: Config, env: Any) -> ActorLearner:
 
 def make_algorithm(config: Config, env: Env) -> Algorithm:
     """SAC on device for `env` (continuous actions). The config is checked here, on the host, before any tracing."""
-    config = config.validate(env)
+    if not has_tracers(config):
+        config = config.validate(env)
     return loop.on_device(loop.make_offpolicy(config, env, make_agent(config, env)), config, env)
 
 
 def make_train(config: Config, env: Env) -> Callable[[jax.Array], tuple[Any, dict[str, jax.Array]]]:
-    """The whole run as `train(key) -> (state, metrics [num_updates])`, jittable and vmappable over keys."""
-    return make_train_fn(make_algorithm(config, env))
+    """The whole run as `train(key, hparams=None) -> (state, metrics [num_updates])` (`base.make_hparams_train_fn`)."""
+    return make_hparams_train_fn(make_algorithm, config.validate(env), env)

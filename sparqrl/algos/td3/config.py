@@ -21,6 +21,10 @@ from sparqrl.envs.core import require_continuous
 class Config(OffPolicyConfig):
     """Twin Delayed DDPG (Fujimoto et al. 2018), dense or sparse (RLx2, Tan et al. 2023)."""
 
+    TRACED: ClassVar[tuple[str, ...]] = ("actor_lr", "critic_lr", "gamma", "tau", "exploration_noise", "target_noise",
+                                         "target_noise_clip")
+    """Fields the compiled program takes as traced inputs (`algos.base`): a sweep or an evolved
+    population varies them inside one program. Every other field is static."""
     PRESETS: ClassVar[dict[str, Preset]] = {
         "halfcheetah": (0.90, 0.85), "hopper": (0.98, 0.95), "walker2d": (0.97, 0.95), "ant": (0.96, 0.88),
     }

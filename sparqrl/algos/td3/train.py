@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import optax
 
 from sparqrl import returns
-from sparqrl.algos.base import ActorLearner, Algorithm, make_train_fn
+from sparqrl.algos.base import ActorLearner, Algorithm, has_tracers, make_hparams_train_fn
 from sparqrl.algos.offpolicy import loop
 from sparqrl.algos.offpolicy.loop import Transition
 from sparqrl.algos.td3.config import Config
@@ -188,10 +188,11 @@ def make_actor_learner(config: Config, env: Any) -> ActorLearner:
 
 def make_algorithm(config: Config, env: Env) -> Algorithm:
     """TD3 on device for `env` (continuous actions). The config is checked here, on the host, before any tracing."""
-    config = config.validate(env)
+    if not has_tracers(config):
+        config = config.validate(env)
     return loop.on_device(loop.make_offpolicy(config, env, make_agent(config, env)), config, env)
 
 
 def make_train(config: Config, env: Env) -> Callable[[jax.Array], tuple[Any, dict[str, jax.Array]]]:
-    """The whole run as `train(key) -> (state, metrics [num_updates])`, jittable and vmappable over keys."""
-    return make_train_fn(make_algorithm(config, env))
+    """The whole run as `train(key, hparams=None) -> (state, metrics [num_updates])` (`base.make_hparams_train_fn`)."""
+    return make_hparams_train_fn(make_algorithm, config.validate(env), env)
