@@ -28,8 +28,14 @@ USAGE = f"""usage: sparqrl COMMAND ...
 commands:
   train ALGO [options]    train an agent; ALGO is one of: {', '.join(ALGORITHMS)}
                           (`sparqrl train ALGO --help` documents every option and config field)
-  train --resume DIR      continue an interrupted run from its newest intact checkpoint (flags, if
-                          given, must agree with the saved run; a finished run is left as it is)
+  train ALGO --load-config FILE [options]
+                          train with the config of FILE (a sweep's best.json or a run's config.json)
+  train --resume DIR      continue an interrupted run (or sweep) from its newest intact checkpoint (flags,
+                          if given, must agree with the saved run; a finished run is left as it is)
+  sweep ALGO --grid FIELD=V1,V2,... [--grid ...] [--random FIELD=log|lin:LOW:HIGH --samples N] [options]
+                          train every setting x --seeds in ONE compiled program (traced hyperparameters);
+                          writes sweep.csv, sweep.png, best.json besides a run's files; options as train's
+  sweep --resume DIR      continue an interrupted sweep
   eval DIR [--episodes N] [--seed S]
                           evaluate the saved policy of a run (deterministic episodes per seed)
 """
@@ -111,20 +117,90 @@ def _first_paragraph(boxed: str) -> str:
     return " ".join(words) if words else title or "bad arguments"
 
 
+def _take(argv: list[str], flag: str, *, repeat: bool = False) -> tuple[list[str], list[str]]:
+    """The values of `flag VALUE` (or `flag=VALUE`) items in argv, and argv without them."""
+    values, rest, i = [], [], 0
+    while i < len(argv):
+        item = argv[i]
+        if item == flag:
+            cfg.require(i + 1 < len(argv), flag, "", "needs a value")
+            values.append(argv[i + 1])
+            i += 2
+            continue
+        if item.startswith(flag + "="):
+            values.append(item[len(flag) + 1:])
+        else:
+            rest.append(item)
+        i += 1
+    cfg.require(repeat or len(values) <= 1, flag, values, "may be given once")
+    return values, rest
+
+
+def _algo(argv: list[str]) -> tuple[str, list[str]]:
+    cfg.require(bool(argv) and not argv[0].startswith("-"), "ALGO", argv[0] if argv else "",
+                f"must be one of {', '.join(ALGORITHMS)}")
+    get_algorithm(argv[0])
+    return argv[0], argv[1:]
+
+
+def load_config(algo_name: str, path: str) -> tuple[RunConfig, Any]:
+    """The defaults `--load-config FILE` gives: the algorithm config of FILE (a sweep's best.json or a run's
+    config.json) and its environment; the command's other flags override them."""
+    from sparqrl.runners.rundir import CONFIG
+
+    module = get_algorithm(algo_name)
+    file = Path(path) / CONFIG if Path(path).is_dir() else Path(path)
+    try:
+        data = json.loads(file.read_text())
+        config = cfg.from_dict(module.Config, data["config"])
+    except cfg.ConfigError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        cfg.fail("--load-config", path, f"must be a sweep's best.json or a run's config.json ({type(error).__name__}: "
+                                        f"{error})")
+    saved = data.get("algo", algo_name)
+    cfg.require(saved == algo_name, "--load-config", path, f"holds a {saved} config, not {algo_name}")
+    return RunConfig(env=data.get("run", {}).get("env", RunConfig.env)), config
+
+
 def _train(argv: list[str]) -> int:
     from sparqrl import runners, signals
 
     if "--resume" in argv:
         summary = _resume(argv)
     else:
-        cfg.require(bool(argv) and not argv[0].startswith("-"), "ALGO", argv[0] if argv else "",
-                    f"must be one of {', '.join(ALGORITHMS)}")
-        algo_name, rest = argv[0], argv[1:]
-        module = get_algorithm(algo_name)
-        run, config = _parse(algo_name, rest, RunConfig(), module.Config())
+        algo_name, rest = _algo(argv)
+        loaded, rest = _take(rest, "--load-config")
+        run, config = load_config(algo_name, loaded[0]) if loaded else (RunConfig(), get_algorithm(algo_name).Config())
+        run, config = _parse(algo_name, rest, run, config)
         if signals.requested():  # Ctrl-C while the command started: nothing written yet
             raise KeyboardInterrupt
         summary = runners.train(algo_name, config, run)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _sweep(argv: list[str]) -> int:
+    from sparqrl import runners, signals
+    from sparqrl.envs import is_host_env
+    from sparqrl.runners.sweep import make_settings
+
+    if "--resume" in argv:
+        summary = _resume(argv)
+    else:
+        algo_name, rest = _algo(argv)
+        grid, rest = _take(rest, "--grid", repeat=True)
+        random, rest = _take(rest, "--random", repeat=True)
+        samples, rest = _take(rest, "--samples")
+        run, config = _parse(algo_name, rest, RunConfig(), get_algorithm(algo_name).Config())
+        cfg.require(not is_host_env(run.env), "env", run.env, "a sweep runs on the device: a gymnax id or brax:NAME")
+        cfg.require(not samples or samples[0].isdigit(), "--samples", samples[0] if samples else "",
+                    "must be a positive integer")
+        count = int(samples[0]) if samples else None
+        settings = make_settings(config, grid, random, count, run.seed)
+        if signals.requested():
+            raise KeyboardInterrupt
+        summary = runners.train(algo_name, config, run, settings=settings)
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -178,7 +254,7 @@ def _eval(argv: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"train": _train, "eval": _eval}
+    commands = {"train": _train, "sweep": _sweep, "eval": _eval}
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2

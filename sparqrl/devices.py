@@ -46,19 +46,32 @@ def _option(argv: list[str], flag: str, field: str) -> str | None:
     return value
 
 
+def _settings(argv: list[str]) -> int:
+    """The number of settings of a `sweep` command line: the grid's product times the random samples."""
+    count = 1
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "--grid":
+            count *= len([v for v in argv[i + 1].partition("=")[2].split(",") if v.strip()]) or 1
+    if "--random" in argv:
+        count *= int(_option(argv, "--samples", "samples") or 16)
+    return count
+
+
 def _run_of(argv: list[str]) -> tuple[str, int] | None:
-    """(env, seeds) of the `train` command in argv (a resumed run's from its config.json), or None."""
-    if not argv or argv[0] != "train":
+    """(env, seeds) of the `train` or `sweep` command in argv (a resumed run's from its config.json), or
+    None. A sweep's seeds count every setting's."""
+    if not argv or argv[0] not in ("train", "sweep"):
         return None
     if "--resume" in argv:
         i = argv.index("--resume")
         try:
-            run = json.loads((Path(argv[i + 1]) / "config.json").read_text())["run"]
-            return str(run["env"]), int(run["seeds"])
+            data = json.loads((Path(argv[i + 1]) / "config.json").read_text())
+            return str(data["run"]["env"]), int(data["run"]["seeds"]) * len(data.get("sweep") or [None])
         except (IndexError, OSError, ValueError, KeyError, TypeError):
             return None
     try:
-        return _option(argv, "--env", "env") or "CartPole-v1", int(_option(argv, "--seeds", "seeds") or 1)
+        seeds = int(_option(argv, "--seeds", "seeds") or 1)
+        return _option(argv, "--env", "env") or "CartPole-v1", seeds * (_settings(argv) if argv[0] == "sweep" else 1)
     except ValueError:
         return None  # the command's own parsing reports the bad value
 

@@ -18,9 +18,15 @@ def lockstep_cond(pred: jax.Array, true_fn: Callable[[Any], Any], false_fn: Call
     becomes `lax.cond(any(pred), per-element select, false branch)`: the same results for any
     predicate, and the expensive branch only runs when some element takes it.
 
-    true_fn and false_fn must be pure functions of `operand`, closing over no traced value
-    (`custom_vmap` needs every batched input explicit); both return the same structure.
+    true_fn and false_fn return the same structure. `custom_vmap` needs every batched input explicit, so
+    the traced values they close over (e.g. a learning rate that is a traced hyperparameter, batched over
+    members) are hoisted by `jax.closure_convert` and passed along with `operand`.
     """
+    true_pure, true_consts = jax.closure_convert(true_fn, operand)
+    false_pure, false_consts = jax.closure_convert(false_fn, operand)
+    true_fn = lambda o: true_pure(o[0], *o[1])  # noqa: E731
+    false_fn = lambda o: false_pure(o[0], *o[2])  # noqa: E731
+    operand = (operand, true_consts, false_consts)
 
     @jax.custom_batching.custom_vmap
     def run(pred: jax.Array, operand: Any) -> Any:

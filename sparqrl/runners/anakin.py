@@ -13,6 +13,7 @@ GSPMD, the sharded while-loop deadlocked on forced host devices).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from pathlib import Path
@@ -30,6 +31,7 @@ from sparqrl.envs import Env, make_env
 from sparqrl.devices import seed_spread
 from sparqrl.runners.programs import Program, build_program
 from sparqrl.runners.rundir import RunDir, open_run_dir, saved_sweep, start_run_dir
+from sparqrl.runners import sweep
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.runners.session import (check_memory, chunk_bounds, eval_summary, program_store, run_session,
                                      saved_state)
@@ -147,10 +149,11 @@ class AnakinDriver:
     """The on-device run for the shared session loop (`sparqrl.runners.session`)."""
 
     def __init__(self, algo_at: Callable[[HParams], Algorithm], algo: Algorithm, env: Env, run: RunConfig,
-                 describe: str, hparams: dict[str, np.ndarray]):
+                 describe: str, hparams: dict[str, np.ndarray], sweep: Callable[..., dict] | None = None):
         """`algo`: the algorithm at the config's own values (static facts); `hparams`: [members] per traced
-        field, members a multiple of run.seeds (`member_hparams`)."""
-        self.algo_at, self.algo, self.env, self.run = algo_at, algo, env, run
+        field, members a multiple of run.seeds (`member_hparams`); `sweep(rundir, final [members])` writes a
+        sweep's own outputs and returns its summary fields."""
+        self.algo_at, self.algo, self.env, self.run, self.sweep = algo_at, algo, env, run, sweep
         self.describe = f"{describe} env={run.env} eval_episodes={run.eval_episodes}"  # what the programs close over
         self.bounds = chunk_bounds(algo.num_updates, run.chunks)
         self.env_steps_per_update = algo.env_steps_per_update
@@ -227,6 +230,12 @@ class AnakinDriver:
         return {"devices_used": used, "seed_spread": seed_spread(used), "programs_loaded": self.programs_loaded,
                 **self.algo.summary}
 
+    def finish(self, rundir: RunDir, final: np.ndarray) -> dict[str, Any]:
+        if self.sweep is None:
+            return {}
+        # one program for every setting: the chunk program above, built once with all members
+        return {"compilations": 1, **self.sweep(rundir, final)}
+
     def close(self) -> None:
         self._inflight = None
 
@@ -244,8 +253,13 @@ def prepare(algo_name: str, algo_config: Any, run: RunConfig) -> tuple[Any, Any,
 def make_driver(algo_name: str, module: Any, algo_config: Any, env: Env, run: RunConfig,
                 settings: list[dict[str, float]] | None = None) -> AnakinDriver:
     """The driver of a checked config; `settings` (a sweep's) x run.seeds members, else run.seeds."""
+    sweep_outputs = None
+    if settings is not None:
+        sweep_outputs = functools.partial(sweep.write_outputs, algo_name=algo_name, algo_config=algo_config, run=run,
+                                          settings=settings)
     return AnakinDriver(algorithm_at(module, algo_config, env), module.make_algorithm(algo_config, env), env, run,
-                        static_describe(algo_name, algo_config), member_hparams(algo_config, settings, run.seeds))
+                        static_describe(algo_name, algo_config), member_hparams(algo_config, settings, run.seeds),
+                        sweep_outputs)
 
 
 def train(algo_name: str, algo_config: Any, run: RunConfig, *, settings: list[dict[str, float]] | None = None,

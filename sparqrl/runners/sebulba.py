@@ -230,6 +230,9 @@ class SebulbaDriver:
     def interrupted_state(self) -> tuple[int, Any] | None:
         return None if self.learner is None else (self.updates_done, self.learner)
 
+    def finish(self, rundir: Any, final: np.ndarray) -> dict[str, Any]:
+        return {}
+
     def summary(self) -> dict[str, Any]:
         steps, seeds, timers, counts = self.bounds[-1] * self.env_steps_per_update, self.run.seeds, self.timers, self.counts
         gradient_steps = int(np.asarray(self.learner.gradient_steps)[0])  # this session's and earlier ones

@@ -67,6 +67,7 @@ class Driver(Protocol):
     def meta(self) -> dict[str, Any]: ...  # runner-specific counters a checkpoint carries
     def restore_meta(self, meta: dict[str, Any]) -> None: ...
     def summary(self) -> dict[str, Any]: ...  # runner-specific summary fields
+    def finish(self, rundir: RunDir, final: np.ndarray) -> dict[str, Any]: ...  # own outputs (a sweep's); summary fields
     def close(self) -> None: ...
 
 
@@ -372,6 +373,7 @@ class _Session:
             **self.driver.summary(),
             **energy,
         }
+        summary.update(self.driver.finish(self.rundir, final))
         out = self.rundir.path
         plot_returns(out / "metrics.csv", self.rundir.claim("returns.png"),
                      f"{self.algo_name} on {self.run.env}, {self.run.seeds} seed(s)")
