@@ -38,6 +38,8 @@ commands:
   sweep --resume DIR      continue an interrupted sweep
   eval DIR [--episodes N] [--seed S]
                           evaluate the saved policy of a run (deterministic episodes per seed)
+  meta value-loss|lpo|hparams [options] | meta --resume DIR [--generations N]
+                          evolve PPO's value loss / drift or an algorithm's hyperparameters (`sparqrl meta --help`)
 """
 
 
@@ -254,7 +256,8 @@ def _eval(argv: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"train": _train, "sweep": _sweep, "eval": _eval}
+    commands = {"train": _train, "sweep": _sweep, "eval": _eval,
+                "meta": lambda args: __import__("sparqrl.meta.cli", fromlist=["run_cli"]).run_cli(args)}
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2

@@ -139,6 +139,9 @@ def to_dict(config: Any) -> dict[str, Any]:
 
 
 def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
+    upgrade = getattr(cls, "upgrade_dict", None)  # a config class may map fields an older sparqrl saved
+    if upgrade is not None:
+        data = upgrade(data)
     hints = field_types(cls)
     values = {k: tuple(v) if typing.get_origin(hints[k]) is tuple else v for k, v in data.items()}
     return cls(**values)

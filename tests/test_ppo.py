@@ -370,7 +370,7 @@ PENDULUM = ppo.Config(
     num_minibatches=8,
     gamma=0.9,
     ent_coef=0.0,
-    clip_value=False,
+    value_loss="l2",
     normalize_obs=True,
     normalize_reward=True,
 )

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Mapping
+
+import tyro
 
 from sparqrl.config import one_of, positive, require
 from sparqrl.envs import Box, Discrete
@@ -47,11 +49,12 @@ class Config:
     """GAE lambda (0: one-step TD advantage, 1: Monte Carlo advantage)."""
 
     clip_eps: float = 0.2
-    """Clipping range of the probability ratio (and of the value change when clip_value is on)."""
+    """Clipping range of the probability ratio (and of the value change when value_loss is 'clipped')."""
 
-    objective: Literal["ppo-clip", "dpo"] = "ppo-clip"
-    """Policy objective: 'ppo-clip' (PPO's clipped surrogate) or 'dpo' (Discovered Policy Optimisation, Lu
-    et al. 2022, arXiv 2210.05639: the surrogate r*A minus DPO's drift, with no ratio clipping)."""
+    objective: Annotated[str, tyro.conf.arg(aliases=("--objective",), metavar="{ppo-clip,dpo,lpo:PATH}")] = "ppo-clip"
+    """Policy objective: 'ppo-clip' (PPO's clipped surrogate), 'dpo' (Discovered Policy Optimisation, Lu et
+    al. 2022, arXiv 2210.05639: the surrogate r*A minus DPO's drift, with no ratio clipping) or 'lpo:PATH' (a
+    drift network evolved by `sparqrl meta lpo`; PATH is that run's folder or its best_meta_params.npz)."""
 
     dpo_alpha: float = 2.0
     """DPO's alpha: how far the ratio may move for a positive advantage before the drift grows (objective=dpo)."""
@@ -59,8 +62,10 @@ class Config:
     dpo_beta: float = 0.6
     """DPO's beta: the same for a negative advantage, on log(ratio) (objective=dpo)."""
 
-    clip_value: bool = True
-    """Clip the value loss: 0.5 * max((v - t)^2, (v_old + clip(v - v_old, +-clip_eps) - t)^2)."""
+    value_loss: Annotated[str, tyro.conf.arg(aliases=("--value-loss",), metavar="{l2,clipped,learned:PATH}")] = "clipped"
+    """Value loss: 'clipped' (0.5 * max((v - t)^2, (v_old + clip(v - v_old, +-clip_eps) - t)^2)), 'l2'
+    (0.5 * (v - t)^2) or 'learned:PATH' (a loss evolved by `sparqrl meta value-loss`; PATH is that run's
+    folder or its best_meta_params.npz)."""
 
     ent_coef: float = 0.01
     """Weight of the entropy bonus in the loss."""
@@ -83,6 +88,19 @@ class Config:
     normalize_reward: bool = False
     """Divide rewards by the running standard deviation of the discounted return (mean not subtracted)."""
 
+    OBJECTIVES: ClassVar[tuple[str, ...]] = ("ppo-clip", "dpo", "lpo:PATH")
+    VALUE_LOSSES: ClassVar[tuple[str, ...]] = ("l2", "clipped", "learned:PATH")
+
+    @classmethod
+    def upgrade_dict(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        """A saved config.json of an older sparqrl in today's fields (`config.from_dict`): the bool
+        `clip_value` became `value_loss` ('clipped' for true, 'l2' for false)."""
+        data = dict(data)
+        if "clip_value" in data:
+            clip = data.pop("clip_value")
+            data.setdefault("value_loss", "clipped" if clip else "l2")
+        return data
+
     @property
     def batch_size(self) -> int:
         """Transitions per update."""
@@ -102,8 +120,13 @@ class Config:
         return self.num_updates * self.update_epochs * self.num_minibatches
 
     def validate(self, env: Any) -> "Config":
-        """Raise `ConfigError` for a bad value; runs on the host, before anything is traced. Returns self
-        (the config as the run records it; PPO has no env-dependent defaults)."""
+        """Raise `ConfigError` for a bad value; runs on the host, before anything is traced. Returns the
+        config as the run records it: a learned objective or value loss ('lpo:PATH', 'learned:PATH')
+        resolved to its file with the hash of its content ('lpo:/abs/best_meta_params.npz#sha256=...'),
+        so a program compiled for one file's weights is never reused for another's, and a resumed run
+        fails if the file changed."""
+        from sparqrl.algos.ppo import objectives  # jax: imported when a config is checked, not defined
+
         for name in ("total_timesteps", "num_envs", "num_steps", "update_epochs", "num_minibatches"):
             value = getattr(self, name)
             require(isinstance(value, numbers.Integral) and not isinstance(value, bool), name, value, "must be an integer")
@@ -124,7 +147,8 @@ class Config:
         require(0.0 <= self.gamma <= 1.0, "gamma", self.gamma, "must be in [0, 1]")
         require(0.0 <= self.gae_lambda <= 1.0, "gae_lambda", self.gae_lambda, "must be in [0, 1]")
         positive("clip_eps", self.clip_eps)
-        one_of("objective", self.objective, ("ppo-clip", "dpo"))
+        objective = objectives.resolve_rule("objective", self.objective)
+        value_loss = objectives.resolve_rule("value_loss", self.value_loss)
         positive("dpo_alpha", self.dpo_alpha)
         positive("dpo_beta", self.dpo_beta)
         for name in ("ent_coef", "vf_coef"):
@@ -143,4 +167,4 @@ class Config:
             getattr(env, "name", env),
             "PPO needs a Discrete or Box action space",
         )
-        return self
+        return dataclasses.replace(self, objective=objective, value_loss=value_loss)

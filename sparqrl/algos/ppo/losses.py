@@ -150,6 +150,7 @@ def ppo_loss(
     vf_coef: float,
     ent_coef: float,
     policy_objective: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None = None,
+    value_objective: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None = None,
 ) -> tuple[jax.Array, LossInfo]:
     """total = policy_loss + vf_coef · value_loss − ent_coef · mean(entropy).
 
@@ -157,7 +158,9 @@ def ppo_loss(
       log_prob, values, entropy: [N] under the current parameters.
       old_log_prob, old_values, advantages, targets: [N] from the rollout.
       policy_objective: (log_prob, old_log_prob, advantages) -> policy loss; None: PPO-clip (`policy_loss`
-        with clip_eps). Another drift (DPO) plugs in here (`sparqrl.algos.ppo.objectives`).
+        with clip_eps). Another drift (DPO, LPO) plugs in here (`sparqrl.algos.ppo.objectives`).
+      value_objective: (values, old_values, targets) -> value loss; None: `value_loss` with clip_value.
+        A learned value loss plugs in here.
     Returns:
       (scalar total loss, LossInfo).
     """
@@ -165,7 +168,10 @@ def ppo_loss(
         pi_loss = policy_loss(log_prob, old_log_prob, advantages, clip_eps)
     else:
         pi_loss = policy_objective(log_prob, old_log_prob, advantages)
-    v_loss = value_loss(values, old_values, targets, clip_eps, clip=clip_value)
+    if value_objective is None:
+        v_loss = value_loss(values, old_values, targets, clip_eps, clip=clip_value)
+    else:
+        v_loss = value_objective(values, old_values, targets)
     mean_entropy = jnp.mean(entropy)
     total = pi_loss + vf_coef * v_loss - ent_coef * mean_entropy
     log_ratio = log_prob - old_log_prob

@@ -22,6 +22,7 @@ they replace: the all-zero LPO network is PPO-clip's drift, the all-zero value-l
 
 from __future__ import annotations
 
+import hashlib
 import os
 import zipfile
 from typing import Any, Callable, NamedTuple
@@ -31,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sparqrl.algos.ppo.losses import value_loss as _value_loss
-from sparqrl.config import ConfigError
+from sparqrl.config import ConfigError, close_matches, fail
 
 DriftFn = Callable[[jax.Array, jax.Array], jax.Array]
 """f(r, Â) -> drift, elementwise, same shape as r."""
@@ -324,3 +325,120 @@ def load_meta_params(path: str | os.PathLike[str], like: Any) -> Any:
 
 def _describe(shapes: dict[str, tuple[int, ...]]) -> str:
     return "{" + ", ".join(f"{name}: {shape}" for name, shape in shapes.items()) + "}"
+
+
+# --------------------------------------------------------------------------------------------------
+# The rules a PPO config names ('lpo:PATH', 'learned:PATH') and the meta-parameters they use
+# --------------------------------------------------------------------------------------------------
+
+
+class MetaParams(NamedTuple):
+    """Meta-parameters a PPO run uses as inputs (`ppo.make_algorithm(config, env, meta_params)`): the LPO
+    drift network for objective 'lpo', the learned value loss for value_loss 'learned'; None where the
+    config's rule needs none. A population of them (a leading [P] axis on every leaf) vmaps."""
+
+    lpo: LPOParams | None = None
+    value_loss: ValueLossParams | None = None
+
+
+# field -> (rules without meta-parameters, the learned rule's prefix, an example of its meta-parameters)
+_RULES: dict[str, tuple[tuple[str, ...], str, Callable[[], Any]]] = {
+    "objective": (("ppo-clip", "dpo"), "lpo", lpo_init),
+    "value_loss": (("l2", "clipped"), "learned", value_loss_init),
+}
+_DIGEST = "#sha256="
+
+
+def rule_kind(value: str) -> str:
+    """'ppo-clip', 'dpo', 'lpo', 'l2', 'clipped' or 'learned': a rule without its 'PATH#sha256=...' part."""
+    return value.partition(":")[0]
+
+
+def _rule_parts(value: str) -> tuple[str, str, str | None]:
+    """'lpo:PATH#sha256=HEX' -> ('lpo', 'PATH', 'HEX'); 'lpo:PATH' -> ('lpo', 'PATH', None)."""
+    kind, _, rest = value.partition(":")
+    path, sep, digest = rest.rpartition(_DIGEST)
+    return (kind, path, digest) if sep else (kind, rest, None)
+
+
+def params_digest(meta_params: Any) -> str:
+    """A hash of the meta-parameters' content (leaf names, shapes, float32 bytes): 16 hex digits."""
+    digest = hashlib.sha256()
+    for name, leaf in zip(_leaf_names(meta_params), jax.tree.leaves(meta_params)):
+        array = np.ascontiguousarray(np.asarray(leaf, np.float32))
+        digest.update(f"{name}{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _meta_file(path: str) -> str:
+    path = os.path.abspath(os.path.expanduser(path))
+    return os.path.join(path, META_PARAMS_FILE) if os.path.isdir(path) else path
+
+
+def load_rule_params(field: str, value: str) -> tuple[str, Any]:
+    """Read the meta-parameters of a learned rule ('lpo:PATH' or 'learned:PATH', maybe resolved with
+    '#sha256=...'). Returns (the rule resolved: absolute file and the hash of its content, the params).
+
+    Raises a one-line ConfigError naming `field` when PATH is missing, unreadable or holds arrays of
+    the wrong shape, or when a recorded hash no longer matches the file (it changed since the run began).
+    """
+    plain, prefix, like = _RULES[field]
+    kind, path, digest = _rule_parts(value)
+    if kind != prefix or not path:
+        fail(field, value, f"needs a file: {prefix}:PATH (a `sparqrl meta` run's folder or its {META_PARAMS_FILE})")
+    file = _meta_file(path)
+    try:
+        params = load_meta_params(file, like())
+    except ConfigError as error:
+        raise ConfigError(f"{field}={value!r}: {error}") from None
+    found = params_digest(params)
+    if digest is not None and digest != found:
+        fail(field, value, f"the file changed since this rule was recorded (its content now hashes to {found}); "
+             "start a new run to use the new meta-parameters")
+    return f"{prefix}:{file}{_DIGEST}{found}", params
+
+
+def resolve_rule(field: str, value: Any) -> str:
+    """Check a PPO config's `objective` or `value_loss` and resolve a learned rule with a file to
+    'prefix:/abs/file#sha256=HEX' (its content's hash, so the config's repr, which keys stored compiled
+    programs, changes with the weights). A bare 'lpo' / 'learned' (meta-training: the meta-parameters are
+    an input of `make_algorithm`) is kept as it is. One-line ConfigError for anything else."""
+    plain, prefix, _ = _RULES[field]
+    allowed = (*plain, f"{prefix}:PATH")
+    if not isinstance(value, str):
+        fail(field, value, f"must be one of {', '.join(allowed)}")
+    if value in plain or value == prefix:
+        return value
+    if rule_kind(value) != prefix or ":" not in value:
+        fail(field, value, f"must be one of {', '.join(allowed)}{close_matches(value, allowed)}")
+    return load_rule_params(field, value)[0]
+
+
+def meta_params_for(objective: str, value_loss: str, meta_params: Any = None) -> MetaParams:
+    """The meta-parameters a PPO config's rules use: those given (a `MetaParams`, or a dict with keys
+    'lpo' / 'value_loss'), else read from the rules' files (host side). A learned rule with neither is a
+    one-line ConfigError; meta-parameters for a rule the config does not name are an error too."""
+    if meta_params is None:
+        given = MetaParams()
+    elif isinstance(meta_params, MetaParams):
+        given = meta_params
+    elif isinstance(meta_params, dict) and set(meta_params) <= set(MetaParams._fields):
+        given = MetaParams(**meta_params)
+    else:
+        raise ConfigError(f"meta_params must be a MetaParams or a dict with keys {', '.join(MetaParams._fields)}")
+    found = {}
+    for field, value, name in (("objective", objective, "lpo"), ("value_loss", value_loss, "value_loss")):
+        _, prefix, _ = _RULES[field]
+        params = getattr(given, name)
+        if rule_kind(value) != prefix:
+            if params is not None:
+                fail(field, value, f"uses no meta-parameters, but meta_params.{name} was given (use {prefix})")
+            found[name] = None
+        elif params is not None:
+            found[name] = params
+        elif value == prefix:
+            fail(field, value, f"needs meta-parameters: pass them to make_algorithm, or name a file with {prefix}:PATH")
+        else:
+            found[name] = load_rule_params(field, value)[1]
+    return MetaParams(**found)

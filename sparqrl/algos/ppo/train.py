@@ -21,7 +21,15 @@ import optax
 from sparqrl.algos.base import Algorithm, episode_metrics, has_tracers, make_hparams_train_fn
 from sparqrl.algos.ppo.config import Config
 from sparqrl.algos.ppo.losses import LossInfo, bootstrap_values, gae, normalize_advantages, ppo_loss
-from sparqrl.algos.ppo.objectives import dpo_drift, policy_loss as drift_policy_loss
+from sparqrl.algos.ppo.objectives import (
+    MetaParams,
+    dpo_drift,
+    learned_value_loss,
+    lpo_drift,
+    meta_params_for,
+    policy_loss as drift_policy_loss,
+    rule_kind,
+)
 from sparqrl.envs import (
     Env,
     RunningStats,
@@ -87,23 +95,49 @@ class Learner(NamedTuple):
     opt_state: optax.OptState
 
 
-def policy_objective_for(config: Config) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None:
+def policy_objective_for(config: Config, meta_params: MetaParams | None = None
+                         ) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None:
     """The policy loss of `config.objective` for `ppo_loss`: None for PPO-clip (its own surrogate), else
-    -mean(r * A - drift(r, A)) over minibatch-normalised advantages (`objectives.policy_loss`)."""
-    if config.objective == "ppo-clip":
+    -mean(r * A - drift(r, A)) over minibatch-normalised advantages (`objectives.policy_loss`), with DPO's
+    drift or the LPO network of `meta_params.lpo` (PPO-clip's drift plus the network's output)."""
+    kind = rule_kind(config.objective)
+    if kind == "ppo-clip":
         return None
-
-    def dpo(log_prob: jax.Array, old_log_prob: jax.Array, advantages: jax.Array) -> jax.Array:
+    if kind == "lpo":
+        lpo = meta_params.lpo if meta_params is not None and meta_params.lpo is not None else (
+            meta_params_for(config.objective, "l2").lpo)
+        drift = lambda r, a: lpo_drift(lpo, r, a, config.clip_eps)  # noqa: E731
+    else:
         drift = lambda r, a: dpo_drift(r, a, config.dpo_alpha, config.dpo_beta)  # noqa: E731
+
+    def objective(log_prob: jax.Array, old_log_prob: jax.Array, advantages: jax.Array) -> jax.Array:
         return drift_policy_loss(drift, jnp.exp(log_prob - old_log_prob), normalize_advantages(advantages))
 
-    return dpo
+    return objective
 
 
-def make_algorithm(config: Config, env: Env) -> Algorithm:
-    """PPO over `env` (Discrete or Box actions). Raises `ConfigError` before tracing on a bad config."""
+def value_objective_for(config: Config, meta_params: MetaParams | None = None
+                        ) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None:
+    """The value loss of `config.value_loss` for `ppo_loss`: None for 'l2' and 'clipped' (`ppo_loss`'s
+    own, with clip_value), else the learned loss mean(0.5 d^2 + net(d)), d = v - t, of
+    `meta_params.value_loss`."""
+    if rule_kind(config.value_loss) != "learned":
+        return None
+    params = meta_params.value_loss if meta_params is not None and meta_params.value_loss is not None else (
+        meta_params_for("ppo-clip", config.value_loss).value_loss)
+    return lambda values, old_values, targets: learned_value_loss(params, values, targets)
+
+
+def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | None = None) -> Algorithm:
+    """PPO over `env` (Discrete or Box actions). Raises `ConfigError` before tracing on a bad config.
+
+    meta_params: the weights of a learned objective ('lpo') or value loss ('learned') as inputs, so that a
+    population of them vmaps (`sparqrl.meta`): a `MetaParams` or a dict with keys 'lpo' / 'value_loss'.
+    None: read from the files the config names ('lpo:PATH', 'learned:PATH'), on the host.
+    """
     if not has_tracers(config):
         config.validate(env)
+    meta_params = meta_params_for(config.objective, config.value_loss, meta_params)
     discrete = is_discrete(env)
     network = ActorCritic(
         action_dim=action_dim(env),
@@ -210,7 +244,8 @@ def make_algorithm(config: Config, env: Env) -> Algorithm:
         )
         return state, transition
 
-    policy_objective = policy_objective_for(config)
+    policy_objective = policy_objective_for(config, meta_params)
+    value_objective = value_objective_for(config, meta_params)
 
     def loss_fn(params: Any, batch: Batch) -> tuple[jax.Array, LossInfo]:
         dist, values = network.apply(params, batch.obs)
@@ -223,10 +258,11 @@ def make_algorithm(config: Config, env: Env) -> Algorithm:
             batch.targets,
             dist.entropy(),
             clip_eps=config.clip_eps,
-            clip_value=config.clip_value,
+            clip_value=config.value_loss == "clipped",
             vf_coef=config.vf_coef,
             ent_coef=config.ent_coef,
             policy_objective=policy_objective,
+            value_objective=value_objective,
         )
 
     def sgd_step(learner: Learner, minibatch: Batch) -> tuple[Learner, LossInfo]:

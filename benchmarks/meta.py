@@ -1,0 +1,203 @@
+"""Meta-evolution on a CPU budget (or a GPU, unchanged): what `sparqrl meta` learns and how fast.
+
+    .venv/bin/python benchmarks/meta.py                          # lpo + value-loss + throughput, small sizes
+    .venv/bin/python benchmarks/meta.py --popsize 32 --generations 30 --steps 65536   # reference-like value loss
+    .venv/bin/python benchmarks/meta.py --throughput-popsize 64  # the 0.8x goal's size
+    .venv/bin/python benchmarks/meta.py --dpo-vs-ppo --seeds 8 --minatar-steps 1000000
+    .venv/bin/python benchmarks/meta.py --tiny                   # a smoke check of every part (seconds to minutes)
+
+Parts (every number comes from this process, on this machine):
+
+  lpo          LPO meta-training on --lpo-env (default CartPole-v1): PPO's drift network from its PPO-clip
+               start, OpenES; prints the mean / best fitness (final return) per generation.
+  value-loss   the learned value loss on CartPole-v1 (PureJaxRL walkthrough, reference §6: fitness the mean
+               return over the whole inner run): --popsize agents x --generations; prints the fitness per
+               generation.
+  throughput   inner env steps/s of ONE generation program (ask -> population x seeds PPO trainings with
+               the learned value loss -> tell) against a plain vmapped PPO `train` of the same number of
+               trainings (popsize x seeds) and the same config, both after compilation, best of --repeats.
+               Goal: ratio >= 0.8 at popsize 64 (the meta machinery costs at most 20 %).
+  --dpo-vs-ppo DPO vs PPO at equal budget on Breakout-MinAtar and SpaceInvaders-MinAtar: --seeds seeds
+               (>= 8) vmapped, --minatar-steps each; final deterministic return (10 episodes per seed): mean
+               and a 95 % bootstrap interval of the mean over seeds.
+
+Benchmarks are not tests: nothing here fails on a missed goal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from sparqrl.algos import base, ppo  # noqa: E402
+from sparqrl.envs import make_env  # noqa: E402
+from sparqrl.meta import make_strategy  # noqa: E402
+from sparqrl.meta import run as meta_run  # noqa: E402
+from sparqrl.meta import tasks as meta_tasks  # noqa: E402
+
+GOAL_RATIO = 0.8
+
+
+def device() -> str:
+    d = jax.devices()[0]
+    return f"{d.platform}:{getattr(d, 'device_kind', '')} x{jax.device_count()}"
+
+
+def inner_config(steps: int, num_envs: int, num_steps: int) -> ppo.Config:
+    return ppo.Config(total_timesteps=steps, num_envs=num_envs, num_steps=num_steps)
+
+
+def evolve(task: meta_tasks.MetaTask, strategy_name: str, popsize: int, seeds: int, generations: int, seed: int
+           ) -> list[tuple[float, float]]:
+    """The generation program run for `generations`; prints and returns (mean, best) fitness per generation."""
+    strategy = make_strategy(strategy_name, popsize, task.init(None), fitness_shaping="centered_rank")
+    state = strategy.init(jax.random.PRNGKey(seed), task.init(None))
+    start = time.perf_counter()
+    program = jax.jit(meta_run.generation_program(task, strategy, seeds)).lower(
+        meta_run.generation_key(seed, 0), state).compile()
+    print(f"  compiled in {time.perf_counter() - start:.1f} s")
+    history = []
+    start = time.perf_counter()
+    for g in range(generations):
+        state, out = program(meta_run.generation_key(seed, g), state)
+        m = jax.device_get(out.metrics)
+        history.append((float(m.mean_fitness), float(m.best_fitness_in_generation)))
+        print(f"  generation {g + 1:4d}: mean {m.mean_fitness:8.2f}  best {m.best_fitness_in_generation:8.2f}  "
+              f"best so far {m.best_fitness:8.2f}")
+    wall = time.perf_counter() - start
+    steps = task.env_steps * popsize * seeds * generations
+    print(f"  {generations} generations in {wall:.1f} s: {steps / wall:,.0f} inner env steps/s")
+    return history
+
+
+def part_lpo(args: argparse.Namespace) -> None:
+    print(f"\n== LPO meta-training on {args.lpo_env}: population {args.popsize} x {args.inner_seeds} seeds, "
+          f"{args.generations} generations, {args.steps} steps per training ==")
+    env = make_env(args.lpo_env)
+    task = meta_tasks.make_lpo_task(env, inner_config(args.steps, args.num_envs, args.num_steps))
+    evolve(task, args.strategy, args.popsize, args.inner_seeds, args.generations, args.seed)
+
+
+def part_value_loss(args: argparse.Namespace) -> None:
+    print(f"\n== Learned value loss on CartPole-v1: {args.popsize} agents x {args.inner_seeds} seeds, "
+          f"{args.generations} generations, {args.steps} steps per training ==")
+    env = make_env("CartPole-v1")
+    task = meta_tasks.make_value_loss_task(env, inner_config(args.steps, args.num_envs, 64 if args.num_steps == 128
+                                                                                     else args.num_steps))
+    history = evolve(task, args.strategy, args.popsize, args.inner_seeds, args.generations, args.seed)
+    print(f"  mean fitness: first generation {history[0][0]:.2f}, last {history[-1][0]:.2f}")
+
+
+def best_time(fn, *call_args, repeats: int) -> float:
+    jax.block_until_ready(fn(*call_args))  # warm
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*call_args))
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def part_throughput(args: argparse.Namespace) -> None:
+    popsize, seeds = args.throughput_popsize, args.inner_seeds
+    print(f"\n== Throughput: one generation (population {popsize} x {seeds} seeds) vs vmapped train of "
+          f"{popsize * seeds} seeds, {args.steps} steps each, CartPole-v1 ==")
+    env = make_env("CartPole-v1")
+    config = inner_config(args.steps, args.num_envs, args.num_steps).validate(env)
+    task = meta_tasks.make_value_loss_task(env, config)
+    strategy = make_strategy("open_es", popsize, task.init(None))
+    state = strategy.init(jax.random.PRNGKey(0), task.init(None))
+    generation = jax.jit(meta_run.generation_program(task, strategy, seeds))
+    key = meta_run.generation_key(0, 0)
+    t_meta = best_time(generation, key, state, repeats=args.repeats)
+
+    train = jax.jit(jax.vmap(lambda k: base.make_train_fn(ppo.make_algorithm(config, env))(k)[1]))
+    keys = jax.random.split(jax.random.PRNGKey(0), popsize * seeds)
+    t_train = best_time(train, keys, repeats=args.repeats)
+
+    steps = task.env_steps * popsize * seeds
+    meta_sps, train_sps = steps / t_meta, steps / t_train
+    ratio = meta_sps / train_sps
+    verdict = ("PASS" if ratio >= GOAL_RATIO else "MISS") if popsize >= 64 else "n/a (goal at popsize 64)"
+    print(f"  generation program: {t_meta:.3f} s, {meta_sps:,.0f} inner env steps/s")
+    print(f"  vmapped train:      {t_train:.3f} s, {train_sps:,.0f} env steps/s")
+    print(f"  ratio {ratio:.2f}x (goal >= {GOAL_RATIO}x): {verdict}")
+
+
+def bootstrap_interval(values: np.ndarray, draws: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """95 % bootstrap percentile interval of the mean."""
+    rng = np.random.default_rng(seed)
+    means = rng.choice(values, size=(draws, len(values)), replace=True).mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def final_returns(config: ppo.Config, env, seeds: int, seed: int) -> np.ndarray:
+    algo = ppo.make_algorithm(config, env)
+
+    def run(key):
+        train_key, eval_key = jax.random.split(key)
+        state, _ = base.make_train_fn(algo)(train_key)
+        return base.evaluate(env, algo.act, algo.policy(state), eval_key, 10).mean()
+
+    return np.asarray(jax.jit(jax.vmap(run))(jax.random.split(jax.random.PRNGKey(seed), seeds)))
+
+
+def part_dpo_vs_ppo(args: argparse.Namespace) -> None:
+    print(f"\n== DPO vs PPO at equal budget: {args.seeds} seeds x {args.minatar_steps} steps, MinAtar ==")
+    if args.seeds < 8:
+        print(f"  note: {args.seeds} seeds (the comparison asks for >= 8)")
+    base_config = ppo.Config(total_timesteps=args.minatar_steps, num_envs=args.minatar_envs, num_steps=128,
+                             lr=5e-4, num_minibatches=8 if args.minatar_envs * 128 % 8 == 0 else 1)
+    for env_name in ("Breakout-MinAtar", "SpaceInvaders-MinAtar"):
+        env = make_env(env_name)
+        for objective in ("ppo-clip", "dpo"):
+            start = time.perf_counter()
+            returns = final_returns(dataclasses.replace(base_config, objective=objective), env, args.seeds, args.seed)
+            low, high = bootstrap_interval(returns)
+            print(f"  {env_name:22s} {objective:8s}: final return {returns.mean():7.2f}  95% [{low:7.2f}, {high:7.2f}]"
+                  f"  ({time.perf_counter() - start:.0f} s incl. compile)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--parts", default="lpo,value-loss,throughput", help="which of lpo,value-loss,throughput")
+    p.add_argument("--popsize", type=int, default=8)
+    p.add_argument("--generations", type=int, default=5)
+    p.add_argument("--inner-seeds", type=int, default=2, help="inner seeds per member")
+    p.add_argument("--steps", type=int, default=16_384, help="inner env steps per training")
+    p.add_argument("--num-envs", type=int, default=4)
+    p.add_argument("--num-steps", type=int, default=128)
+    p.add_argument("--strategy", default="open_es")
+    p.add_argument("--lpo-env", default="CartPole-v1")
+    p.add_argument("--throughput-popsize", type=int, default=8, help="the goal is stated at 64")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dpo-vs-ppo", action="store_true", help="only the DPO vs PPO MinAtar comparison")
+    p.add_argument("--seeds", type=int, default=8, help="--dpo-vs-ppo: seeds per objective and env")
+    p.add_argument("--minatar-steps", type=int, default=1_000_000)
+    p.add_argument("--minatar-envs", type=int, default=64)
+    p.add_argument("--tiny", action="store_true", help="smoke sizes: every part runs in seconds")
+    args = p.parse_args(argv)
+    if args.tiny:
+        args.popsize, args.generations, args.steps, args.num_steps = 4, 2, 256, 32
+        args.throughput_popsize, args.repeats = 4, 1
+        args.minatar_steps, args.minatar_envs, args.seeds = 2048, 8, 2
+    print(f"device: {device()}")
+    if args.dpo_vs_ppo:
+        part_dpo_vs_ppo(args)
+        return
+    parts = {"lpo": part_lpo, "value-loss": part_value_loss, "throughput": part_throughput}
+    for name in args.parts.split(","):
+        parts[name.strip()](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""`sparqrl meta TASK [options]` and `sparqrl meta --resume DIR [--generations N]`.
+
+Every bad input (unknown task, strategy or field, an odd population with antithetic sampling, a bad
+--set) is one line before anything is compiled or written; `sparqrl.cli` turns it into exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import typing
+from typing import Sequence
+
+from sparqrl import config as cfg
+
+DESCRIPTION = """Evolve part of a learning rule over vmapped inner trainings (evosax 0.3).
+
+tasks:
+  value-loss  PPO's value loss (a 64-64 network started at L2); fitness: mean return over the whole inner run
+  lpo         PPO's drift function (the LPO network started at PPO-clip); fitness: final return
+  hparams     the traced hyperparameters of --algo (ppo, dqn, td3, sac); fitness: final return
+
+The best meta-parameters go to OUT/best_meta_params.npz: `sparqrl train ppo --value-loss learned:OUT` or
+`--objective lpo:OUT` uses them (hparams: OUT/best_hparams.json holds --set items)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> typing.NoReturn:  # one line, as every other bad input
+        raise cfg.ConfigError(f"{message} (see sparqrl meta --help)")
+
+
+def parser() -> argparse.ArgumentParser:
+    from sparqrl.meta.run import MetaConfig
+
+    d = MetaConfig()
+    p = _Parser(prog="sparqrl meta", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("task", nargs="?", help="value-loss, lpo or hparams")
+    p.add_argument("--env", default=None, help=f"inner environment (default {d.env})")
+    p.add_argument("--algo", default=None, help="inner algorithm for hparams: ppo, dqn, td3, sac (default ppo)")
+    p.add_argument("--strategy", default=None, help="open_es (default), snes, cma_es, simple_ga")
+    p.add_argument("--generations", type=int, default=None, help=f"generations (default {d.generations})")
+    p.add_argument("--popsize", type=int, default=None, help=f"population size (default {d.popsize}; even for open_es)")
+    p.add_argument("--seeds", type=int, default=None, help=f"inner seeds per member (default {d.seeds})")
+    p.add_argument("--steps", type=int, default=None, help="inner env steps per training (default: the inner config's)")
+    p.add_argument("--fitness", default=None, help="lifetime or final (default: the task's)")
+    p.add_argument("--fitness-shaping", default=None, help="centered_rank (default) or z_score (or the strategy's others)")
+    p.add_argument("--no-antithetic", action="store_true", default=None, help="no antithetic sampling (open_es)")
+    p.add_argument("--sigma", type=float, default=None, help="initial search std (default: the strategy preset)")
+    p.add_argument("--lr", type=float, default=None, help="strategy learning rate (default: the preset)")
+    p.add_argument("--fields", default=None, help="hparams: fields to evolve, e.g. lr,clip_eps (default all traced)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the meta run (default 0)")
+    p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
+                   help="override a field of the inner algorithm's config (repeatable)")
+    p.add_argument("--out", default=None, help=f"output folder (default {d.out})")
+    p.add_argument("--overwrite", action="store_true", default=None, help="replace the sparqrl run in --out")
+    p.add_argument("--resume", default=None, metavar="DIR", help="go on with the meta run in DIR")
+    p.add_argument("--no-progress", action="store_true", default=None, help="no progress bar")
+    p.add_argument("--no-energy", action="store_true", default=None, help="do not measure energy")
+    p.add_argument("--country", default=None, help="3-letter ISO code for the CO2 figure (default USA)")
+    return p
+
+
+def config_from_args(args: argparse.Namespace):
+    """The MetaConfig the parsed flags give (unset flags: the defaults)."""
+    from sparqrl.meta.run import MetaConfig
+
+    values = {}
+    for name in ("env", "algo", "strategy", "generations", "popsize", "seeds", "steps", "fitness", "sigma", "lr",
+                 "fields", "seed", "out", "overwrite", "country"):
+        value = getattr(args, name)
+        if value is not None:
+            values[name] = value
+    if args.fitness_shaping is not None:
+        values["fitness_shaping"] = args.fitness_shaping
+    if args.no_antithetic:
+        values["antithetic"] = False
+    if args.no_progress:
+        values["progress"] = False
+    if args.no_energy:
+        values["energy"] = False
+    if args.set:
+        values["set"] = tuple(args.set)
+    if args.task is not None:
+        values["task"] = args.task
+    return MetaConfig(**values)
+
+
+RESUME_MAY_GIVE = ("resume", "generations", "no_progress")
+
+
+def run_cli(argv: Sequence[str]) -> int:
+    """The `meta` command (raises ConfigError for bad input; `sparqrl.cli.main` prints it, exit 2)."""
+    from sparqrl import signals
+    from sparqrl.meta import run as meta_run
+
+    args = parser().parse_args(list(argv))
+    if args.resume is not None:
+        given = [name for name, value in vars(args).items() if value is not None and name not in RESUME_MAY_GIVE]
+        cfg.require(not given, "--resume", args.resume, "continues a meta run with its saved settings; only "
+                    f"--generations and --no-progress may be given (got {', '.join('--' + g.replace('_', '-') for g in given)})")
+        summary = meta_run.resume_meta(args.resume, args.generations, False if args.no_progress else None)
+    else:
+        cfg.require(args.task is not None, "TASK", "", "is missing: sparqrl meta value-loss|lpo|hparams [options]")
+        config = config_from_args(args)
+        prepared = meta_run.prepare(config)
+        if signals.requested():
+            raise KeyboardInterrupt
+        rundir = meta_run.start_meta_dir(prepared)
+        summary = meta_run.run_meta(prepared, rundir, resuming=False)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m sparqrl.meta.cli ...`: run_cli with one-line errors and exit codes (2: bad input)."""
+    from sparqrl.runners import RunFailed, RunInterrupted
+
+    try:
+        return run_cli(list(sys.argv[1:] if argv is None else argv))
+    except cfg.ConfigError as error:
+        print(f"sparqrl: error: {error}", file=sys.stderr)
+        return 2
+    except RunFailed as error:
+        print(f"sparqrl: error: {error}", file=sys.stderr)
+        return 1
+    except (RunInterrupted, KeyboardInterrupt) as stop:
+        print(f"sparqrl: {str(stop) or 'interrupted'}", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    from sparqrl import signals
+
+    signals.install()
+    sys.exit(main())

@@ -1,0 +1,556 @@
+"""The outer loop of `sparqrl meta`: an evolution strategy over a meta task's inner trainings.
+
+One generation is ONE compiled program: ask -> fitness of population x inner seeds (vmapped; the
+population axis split over devices when there are several) -> tell (`generation_program`). The host
+loop around it writes fitness.csv, TensorBoard scalars, the progress bar and a checkpoint after every
+generation; `--resume DIR` goes on from the checkpoint and ends bit-identical to an uninterrupted run
+(the strategy state is saved exactly, and generation g's key is fold_in(seed, g)).
+
+A run's folder (`sparqrl.runners.rundir`: manifest, `--overwrite` replaces only a sparqrl run):
+
+  config.json          the meta config and the inner algorithm's resolved config
+  fitness.csv          generation, mean, best of the generation, std, best so far, ...
+  tensorboard/         the same scalars
+  checkpoint.npz       strategy state + generation + running totals (written whole or not at all)
+  best_meta_params.npz the strategy's centre (ES mean; SimpleGA: its best member): what
+                       `--objective lpo:DIR` / `--value-loss learned:DIR` read
+  best_member_params.npz  the best single member seen (its fitness is a noisy maximum)
+  best_hparams.json    (hparams) the centre's and the best member's hyperparameters, as --set items
+  fitness.png, learned.png, summary.json
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import time
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec
+
+from sparqrl import config as cfg
+from sparqrl.algos import get_algorithm
+from sparqrl.algos.ppo import objectives
+from sparqrl.meta import tasks as meta_tasks
+from sparqrl.meta.strategies import PRESETS, STRATEGIES, Strategy, make_strategy, member_keys
+
+CHECKPOINT = "checkpoint.npz"
+FITNESS_CSV = "fitness.csv"
+BEST_MEMBER_FILE = "best_member_params.npz"
+BEST_HPARAMS_FILE = "best_hparams.json"
+CSV_COLUMNS = ["generation", "mean_fitness", "best_fitness", "std_fitness", "best_so_far", "median_fitness",
+               "lifetime_return", "final_return", "env_steps", "wall_time_s"]
+DEFAULT_ENV = "CartPole-v1"
+
+
+@dataclasses.dataclass(frozen=True)
+class MetaConfig:
+    """`sparqrl meta TASK`: evolve part of a learning rule (or hyperparameters) over vmapped inner trainings."""
+
+    task: str = "value-loss"
+    """What to evolve: value-loss (PPO's value loss, fitness the mean return over the whole inner run), lpo
+    (PPO's drift network, fitness the final return) or hparams (the traced hyperparameters of --algo)."""
+
+    env: str = DEFAULT_ENV
+    """Inner environment: a gymnax id (CartPole-v1, Breakout-MinAtar, ...) or brax:NAME."""
+
+    algo: str = "ppo"
+    """Inner algorithm (hparams: ppo, dqn, td3 or sac; value-loss and lpo evolve a part of ppo)."""
+
+    strategy: str = "open_es"
+    """Evolution strategy: open_es, snes, cma_es or simple_ga (presets in `sparqrl.meta.strategies`)."""
+
+    generations: int = 16
+    """Generations (ask -> inner trainings -> tell) in the whole run."""
+
+    popsize: int = 32
+    """Population size (even for open_es with antithetic sampling)."""
+
+    seeds: int = 2
+    """Inner trainings (seeds) per member per generation; the member's fitness is their mean."""
+
+    steps: int = 0
+    """Inner env steps per training (the inner config's total_timesteps); 0: the inner config's own."""
+
+    fitness: str = ""
+    """lifetime (mean return over the whole inner run) or final (mean return of the last 10 % of updates);
+    empty: the task's own (value-loss lifetime, the others final)."""
+
+    fitness_shaping: str = ""
+    """centered_rank, z_score (or a strategy's other choices); empty: centered_rank where the strategy
+    allows it (open_es, snes, simple_ga), else its own (cma_es: weights)."""
+
+    antithetic: bool = True
+    """Antithetic sampling (open_es): each perturbation is paired with its mirror; popsize must be even."""
+
+    sigma: float = 0.0
+    """Initial search std; 0: the strategy's preset."""
+
+    lr: float = 0.0
+    """Learning rate of the strategy's mean update (open_es, snes); 0: the strategy's preset."""
+
+    fields: str = ""
+    """hparams: the traced fields to evolve, comma-separated (e.g. lr,clip_eps); empty: all of them."""
+
+    seed: int = 0
+    """Seed of the whole meta run (strategy and inner trainings)."""
+
+    set: tuple[str, ...] = ()
+    """key=value overrides of the inner algorithm's config (e.g. num_envs=4)."""
+
+    out: str = "runs/meta"
+    """Output folder."""
+
+    overwrite: bool = False
+    """Replace the sparqrl run already in --out (only the files it wrote are deleted)."""
+
+    progress: bool = True
+    """Show a progress bar over generations."""
+
+    energy: bool = True
+    """Measure energy and CO2 with codecarbon's offline tracker."""
+
+    country: str = "USA"
+    """3-letter ISO code of the grid's country, for the CO2 figure."""
+
+    @property
+    def fitness_kind(self) -> str:
+        return self.fitness or meta_tasks.default_fitness(self.task)
+
+
+# --------------------------------------------------------------------------------------------------
+# Building a run: every check before anything is compiled or written
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Prepared:
+    config: MetaConfig
+    task: meta_tasks.MetaTask
+    strategy: Strategy
+    env: Any
+
+
+def strategy_overrides(config: MetaConfig) -> dict[str, Any]:
+    """The strategy preset fields the meta config changes."""
+    preset = PRESETS.get(config.strategy, {})
+    overrides: dict[str, Any] = {}
+    if "fitness_shaping" in preset:
+        if config.fitness_shaping:
+            overrides["fitness_shaping"] = config.fitness_shaping
+        elif config.strategy != "cma_es":
+            overrides["fitness_shaping"] = "centered_rank"
+    elif config.fitness_shaping and config.fitness_shaping != "weights":
+        cfg.fail("fitness_shaping", config.fitness_shaping, f"strategy {config.strategy} uses its own (weights)")
+    if "antithetic" in preset:
+        overrides["antithetic"] = config.antithetic
+    for name in ("sigma", "lr"):
+        value = getattr(config, name)
+        if value:
+            cfg.require(name in preset, name, value, f"strategy {config.strategy} has no {name}")
+            overrides[name] = float(value)
+    return overrides
+
+
+def inner_config(config: MetaConfig, module: Any) -> Any:
+    """The inner algorithm's config: its defaults (value-loss: PureJaxRL's walkthrough, num_steps 64),
+    --set overrides, --steps."""
+    base = module.Config()
+    if config.task == "value-loss":
+        base = dataclasses.replace(base, num_steps=64)
+    inner = cfg.override(base, cfg.parse_set(config.set))
+    if config.steps:
+        inner = dataclasses.replace(inner, total_timesteps=config.steps)
+    cfg.check_numbers(inner)
+    return inner
+
+
+def prepare(config: MetaConfig) -> Prepared:
+    """Check the meta config and build its task and strategy; one-line ConfigError for any bad input."""
+    from sparqrl.envs import make_env
+    from sparqrl.telemetry import validate_country
+
+    meta_tasks.check_task(config.task)
+    if config.strategy not in STRATEGIES:
+        cfg.fail("strategy", config.strategy,
+                 f"must be one of {', '.join(STRATEGIES)}{cfg.close_matches(config.strategy, STRATEGIES)}")
+    for name in ("generations", "popsize", "seeds"):
+        value = getattr(config, name)
+        cfg.require(isinstance(value, int) and not isinstance(value, bool) and value >= 1, name, value,
+                    "must be an integer >= 1")
+    cfg.require(config.steps >= 0, "steps", config.steps, "must be >= 0 (0: the inner config's own)")
+    if config.fitness:
+        cfg.one_of("fitness", config.fitness, meta_tasks.FITNESS)
+    cfg.require(config.sigma >= 0 and math.isfinite(config.sigma), "sigma", config.sigma, "must be >= 0")
+    cfg.require(config.lr >= 0 and math.isfinite(config.lr), "lr", config.lr, "must be >= 0")
+    if config.task != "hparams":
+        cfg.require(config.algo == "ppo", "algo", config.algo, f"task {config.task} evolves part of ppo: must be ppo")
+        cfg.require(not config.fields, "fields", config.fields, "is for the hparams task only")
+    if config.energy:
+        validate_country(config.country, "country")
+    module = get_algorithm(config.algo)
+    inner = inner_config(config, module)
+    env = make_env(config.env)
+    if config.task == "value-loss":
+        task = meta_tasks.make_value_loss_task(env, inner, config.fitness_kind)
+    elif config.task == "lpo":
+        task = meta_tasks.make_lpo_task(env, inner, config.fitness_kind)
+    else:
+        fields = meta_tasks.parse_fields(inner, config.fields)
+        task = meta_tasks.make_hparams_task(config.algo, env, inner, fields, config.fitness_kind)
+    strategy = make_strategy(config.strategy, config.popsize, task.init(None), **strategy_overrides(config))
+    return Prepared(config=config, task=task, strategy=strategy, env=env)
+
+
+# --------------------------------------------------------------------------------------------------
+# The generation program
+# --------------------------------------------------------------------------------------------------
+
+
+def population_fitness(task: meta_tasks.MetaTask, strategy: Strategy, seeds: int, devices: int = 1
+                       ) -> Callable[[Any, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]:
+    """`(population [P], key) -> (fitness [P], metrics [P])`: each member trained on `seeds` inner seeds
+    (antithetic pairs share their seeds), its fitness the mean over seeds (NaN seeds skipped). With
+    `devices` > 1 the population axis is split over that many devices (shard_map; no collective)."""
+
+    def members(population: Any, keys: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+        per_seed = jax.vmap(jax.vmap(task.fitness, in_axes=(None, 0)), in_axes=(0, 0))(population, keys)
+        fitness, metrics = per_seed  # [p, S]
+        return jnp.nanmean(fitness, axis=1), jax.tree.map(lambda m: jnp.nanmean(m, axis=1), metrics)
+
+    if devices > 1:
+        mesh = Mesh(np.array(jax.devices()[:devices]), ("pop",))
+        members = jax.shard_map(members, mesh=mesh, in_specs=(PartitionSpec("pop"), PartitionSpec("pop")),
+                                out_specs=PartitionSpec("pop"), check_vma=False)
+
+    def evaluate(population: Any, key: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+        keys = member_keys(key, strategy.popsize, strategy.antithetic)
+        return members(population, jax.vmap(lambda k: jax.random.split(k, seeds))(keys))
+
+    return evaluate
+
+
+def generation_program(task: meta_tasks.MetaTask, strategy: Strategy, seeds: int, devices: int = 1
+                       ) -> Callable[[jax.Array, Any], tuple[Any, Any]]:
+    """`(key, state) -> (state, GenerationOutput)`: ask -> population x seeds inner trainings -> tell."""
+    evaluate = population_fitness(task, strategy, seeds, devices)
+    return lambda key, state: strategy.generation(evaluate, key, state)
+
+
+def generation_key(seed: int, generation: int) -> jax.Array:
+    """Generation g's key depends on the seed and g only, so a resumed run draws the same keys."""
+    return jax.random.fold_in(jax.random.PRNGKey(seed), generation)
+
+
+def init_state(prepared: Prepared) -> Any:
+    key = jax.random.fold_in(jax.random.PRNGKey(prepared.config.seed), 0x1A17)
+    return prepared.strategy.init(key, prepared.task.init(key))
+
+
+def population_devices(popsize: int) -> int:
+    """The most devices (of those present) that divide the population evenly. Not on the CPU: with XLA's
+    forced host devices, the gather of the members' fitness before `tell` deadlocked (seen with DQN's
+    inner program on 2 cores), and one CPU device already uses every core."""
+    if jax.devices()[0].platform == "cpu":
+        return 1
+    return max(d for d in range(1, jax.device_count() + 1) if popsize % d == 0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Checkpoints: the strategy state's leaves, written whole or not at all
+# --------------------------------------------------------------------------------------------------
+
+
+def save_checkpoint(path: Path, state: Any, generation: int, totals: dict[str, Any]) -> None:
+    leaves = jax.tree.leaves(jax.device_get(state))
+    arrays = {f"leaf_{i:04d}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
+    arrays["generation"] = np.asarray(generation, np.int64)
+    arrays["totals"] = np.asarray(json.dumps(totals))
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with tmp.open("wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load_checkpoint(path: Path, like: Any) -> tuple[Any, int, dict[str, Any]]:
+    """(state, generations done, running totals); the state's structure, shapes and dtypes are those of
+    `like` (a fresh state), else a one-line ConfigError."""
+    leaves, treedef = jax.tree.flatten(like)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            found = [data[f"leaf_{i:04d}"] for i in range(len(leaves))]
+            extra = sum(name.startswith("leaf_") for name in data.files) - len(leaves)
+            generation = int(data["generation"])
+            totals = json.loads(str(data["totals"]))
+    except (OSError, ValueError, KeyError, EOFError) as error:
+        cfg.fail("resume", str(path.parent), f"holds a damaged {path.name} ({type(error).__name__})")
+    for old, new in zip(leaves, found):
+        if np.shape(old) != new.shape or np.asarray(old).dtype != new.dtype or extra:
+            cfg.fail("resume", str(path.parent), f"holds a {path.name} of another strategy or task")
+    return jax.tree.unflatten(treedef, [jnp.asarray(x) for x in found]), generation, totals
+
+
+def _truncate_rows(path: Path, generations: int) -> None:
+    """Keep fitness.csv's whole rows up to `generations` (rows after the checkpoint are recomputed)."""
+    if not path.exists():
+        return
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return
+    kept = [r for r in rows[1:] if len(r) == len(rows[0]) and r[0].isdigit() and int(r[0]) <= generations]
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", newline="") as f:
+        csv.writer(f).writerows([rows[0], *kept])
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------------------------------
+# The run folder
+# --------------------------------------------------------------------------------------------------
+
+
+def _config_json(prepared: Prepared) -> str:
+    return json.dumps({"meta": cfg.to_dict(prepared.config), "inner": {"algo": prepared.task.algo,
+                       "config": cfg.to_dict(prepared.task.inner_config)}}, indent=2, sort_keys=True)
+
+
+def start_meta_dir(prepared: Prepared) -> Any:
+    """A new run folder (`rundir.check_out` rules: --overwrite replaces only a sparqrl run's files)."""
+    from sparqrl.runners.rundir import CONFIG, MANIFEST, RunDir, _remove, check_out, os_reason, read_manifest
+
+    config = prepared.config
+    check_out(types.SimpleNamespace(out=config.out, overwrite=config.overwrite))
+    out = Path(config.out)
+    try:
+        held = read_manifest(out) if out.is_dir() else None
+        if held is not None:
+            for name in held[1]:
+                _remove(out / name)
+            (out / MANIFEST).unlink(missing_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
+        rundir = RunDir(out, [])
+        rundir.write_text(CONFIG, _config_json(prepared))
+    except OSError as error:
+        cfg.fail("out", config.out, f"cannot be written: {os_reason(error)}")
+    return rundir
+
+
+def open_meta_dir(path: str) -> tuple[Any, MetaConfig]:
+    """The meta run in `path` and its saved config."""
+    from sparqrl.runners.rundir import CONFIG, RunDir, read_manifest
+
+    out = Path(path)
+    cfg.require(out.is_dir(), "resume", path, "must be the output folder of a meta run (no such folder)")
+    held = read_manifest(out)
+    cfg.require(held is not None and (out / CONFIG).is_file(), "resume", path, "must be the output folder of a meta run")
+    try:
+        data = json.loads((out / CONFIG).read_text())
+        config = cfg.from_dict(MetaConfig, data["meta"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        cfg.fail("resume", path, f"is not a meta run, or its config.json is damaged ({type(error).__name__})")
+    return RunDir(out, held[1]), config
+
+
+# --------------------------------------------------------------------------------------------------
+# The host loop
+# --------------------------------------------------------------------------------------------------
+
+
+def _save_best(rundir: Any, prepared: Prepared, state: Any) -> None:
+    strategy, task = prepared.strategy, prepared.task
+    center = jax.device_get(strategy.center(state))
+    best, _ = strategy.best(state)
+    best = jax.device_get(best)
+    objectives.save_meta_params(rundir.claim(objectives.META_PARAMS_FILE), center)
+    if np.all(np.isfinite(np.concatenate([np.ravel(x) for x in jax.tree.leaves(best)]))):
+        objectives.save_meta_params(rundir.claim(BEST_MEMBER_FILE), best)
+    if task.describe_genome is not None:
+        values = task.describe_genome(center)
+        data = {"algo": task.algo, "hparams": values, "set": [f"{k}={v:.6g}" for k, v in values.items()]}
+        if np.all(np.isfinite(np.asarray(best))):
+            data["best_member"] = task.describe_genome(best)
+        rundir.write_text(BEST_HPARAMS_FILE, json.dumps(data, indent=2))
+
+
+def _row(generation: int, metrics: Any, fitness: np.ndarray, aux: dict[str, np.ndarray], env_steps: int,
+         wall: float) -> dict[str, Any]:
+    finite = fitness[np.isfinite(fitness)]
+    return {
+        "generation": generation,
+        "mean_fitness": float(metrics.mean_fitness),
+        "best_fitness": float(metrics.best_fitness_in_generation),
+        "std_fitness": float(metrics.std_fitness),
+        "best_so_far": float(metrics.best_fitness),
+        "median_fitness": float(np.median(finite)) if finite.size else math.nan,
+        "lifetime_return": float(np.nanmean(aux["lifetime_return"])) if np.any(np.isfinite(aux["lifetime_return"])) else math.nan,
+        "final_return": float(np.nanmean(aux["final_return"])) if np.any(np.isfinite(aux["final_return"])) else math.nan,
+        "env_steps": env_steps,
+        "wall_time_s": round(wall, 3),
+    }
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else repr(value)
+    return str(value)
+
+
+def run_meta(prepared: Prepared, rundir: Any, *, resuming: bool,
+             on_generation: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Run (or go on with) the meta run in `rundir`; returns summary.json's content.
+
+    on_generation(g): called after generation g (1-based) is logged and checkpointed (tests stop a run
+    there by raising)."""
+    from tensorboardX import SummaryWriter
+
+    from sparqrl import signals
+    from sparqrl.runners.session import RunInterrupted, device_name
+    from sparqrl.telemetry import EnergyMeter, make_progress
+
+    config, task, strategy = prepared.config, prepared.task, prepared.strategy
+    out = rundir.path
+    state = init_state(prepared)
+    done, totals = 0, {"wall_time_s": 0.0, "compile_time_s": 0.0, "env_steps": 0}
+    if resuming and (out / CHECKPOINT).is_file():
+        state, done, totals = load_checkpoint(out / CHECKPOINT, state)
+    cfg.require(done <= config.generations, "generations", config.generations,
+                f"must be >= the {done} generations the run in {out} has done")
+    meter = EnergyMeter(out, config.country, config.energy, prior=totals if resuming and done else None)
+    if config.energy:
+        rundir.claim("emissions.csv")
+        meter.start_in_background()
+    wall_start = time.perf_counter()
+    steps_per_generation = task.env_steps * config.popsize * config.seeds
+    devices = population_devices(config.popsize)
+
+    # compile ahead of time, so compile time is measured apart from the generations
+    compile_start = time.perf_counter()
+    program = jax.jit(generation_program(task, strategy, config.seeds, devices))
+    program = program.lower(generation_key(config.seed, done), state).compile()
+    compile_time = time.perf_counter() - compile_start
+
+    csv_path = rundir.claim(FITNESS_CSV)
+    _truncate_rows(csv_path, done)
+    if not csv_path.exists() or csv_path.stat().st_size == 0:
+        with csv_path.open("w", newline="") as f:
+            csv.writer(f).writerow(CSV_COLUMNS)
+    writer = SummaryWriter(str(rundir.claim("tensorboard")), purge_step=done + 1 if done else None)
+    rundir.claim(CHECKPOINT)
+    progress = make_progress(config.progress)
+    compute_s = 0.0
+    try:
+        with progress:
+            bar = progress.add_task(f"meta {config.task} {config.env}", total=config.generations * steps_per_generation,
+                                    sps=0.0, ret="-")
+            progress.update(bar, completed=done * steps_per_generation)
+            for generation in range(done, config.generations):
+                start = time.perf_counter()
+                state, output = program(generation_key(config.seed, generation), state)
+                metrics, fitness, aux = jax.device_get((output.metrics, output.fitness, output.aux))
+                compute_s += time.perf_counter() - start
+                totals["env_steps"] += steps_per_generation
+                wall = totals["wall_time_s"] + time.perf_counter() - wall_start
+                row = _row(generation + 1, metrics, np.asarray(fitness), aux, totals["env_steps"], wall)
+                with csv_path.open("a", newline="") as f:
+                    csv.writer(f).writerow([_fmt(row[c]) for c in CSV_COLUMNS])
+                for name in CSV_COLUMNS[1:8]:
+                    if math.isfinite(row[name]):
+                        writer.add_scalar(f"meta/{name}", row[name], generation + 1)
+                writer.flush()
+                saved = {**totals, "wall_time_s": wall, "compile_time_s": totals["compile_time_s"] + compile_time,
+                         **meter.totals()}
+                save_checkpoint(out / CHECKPOINT, state, generation + 1, saved)
+                _save_best(rundir, prepared, state)
+                sps = steps_per_generation / max(time.perf_counter() - start, 1e-9)
+                progress.update(bar, completed=(generation + 1) * steps_per_generation, sps=sps,
+                                ret=f"{row['mean_fitness']:.4g}")
+                if on_generation is not None:
+                    on_generation(generation + 1)
+                if signals.requested() and generation + 1 < config.generations:
+                    raise RunInterrupted(f"interrupted after generation {generation + 1}; go on with "
+                                         f"`sparqrl meta --resume {out}`")
+    finally:
+        writer.close()
+        energy = meter.stop()
+
+    new_generations = config.generations - done
+    wall = totals["wall_time_s"] + time.perf_counter() - wall_start
+    total_compile = totals["compile_time_s"] + compile_time
+    best_fitness, final_mean = _fitness_summary(csv_path)
+    summary = {
+        "task": config.task,
+        "env": config.env,
+        "algo": task.algo,
+        "strategy": config.strategy,
+        "generations": config.generations,
+        "popsize": config.popsize,
+        "seeds": config.seeds,
+        "steps": task.env_steps,
+        "fitness": config.fitness_kind,
+        "best_fitness": best_fitness,
+        "final_mean_fitness": final_mean,
+        "wall_time_s": wall,
+        "compile_time_s": total_compile,
+        "env_steps": totals["env_steps"],
+        "env_steps_per_s": new_generations * steps_per_generation / compute_s if compute_s > 0 else None,
+        "generation_time_s": compute_s / new_generations if new_generations else None,
+        "device": device_name(),
+        "devices_used": devices,
+        **energy,
+    }
+    from sparqrl.meta.plots import plot_fitness, plot_learned
+
+    plot_fitness(csv_path, rundir.claim("fitness.png"), f"meta {config.task} on {config.env} ({config.strategy}, "
+                 f"population {config.popsize} x {config.seeds} seeds)")
+    plot_learned(prepared, jax.device_get(strategy.center(state)), rundir.claim("learned.png"))
+    rundir.write_text("summary.json", json.dumps(summary, indent=2))
+    return summary
+
+
+def _fitness_summary(csv_path: Path) -> tuple[float | None, float | None]:
+    with csv_path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return None, None
+    best = rows[-1]["best_so_far"]
+    mean = rows[-1]["mean_fitness"]
+    return (float(best) if best else None), (float(mean) if mean else None)
+
+
+def train_meta(config: MetaConfig, on_generation: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """A new meta run: check everything, make the folder, run."""
+    prepared = prepare(config)
+    rundir = start_meta_dir(prepared)
+    return run_meta(prepared, rundir, resuming=False, on_generation=on_generation)
+
+
+def resume_meta(path: str, generations: int | None = None, progress: bool | None = None,
+                on_generation: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Go on with the meta run in `path` from its checkpoint (optionally to more `generations`)."""
+    rundir, config = open_meta_dir(path)
+    changes: dict[str, Any] = {"out": str(path)}
+    if generations is not None:
+        changes["generations"] = generations
+    if progress is not None:
+        changes["progress"] = progress
+    summary = rundir.path / "summary.json"
+    if summary.is_file() and generations in (None, config.generations):
+        return json.loads(summary.read_text())  # finished: left as it is
+    config = dataclasses.replace(config, **changes)
+    prepared = prepare(config)
+    if generations is not None and (rundir.path / "summary.json").exists():
+        (rundir.path / "summary.json").unlink()  # no longer finished: more generations follow
+    rundir.write_text("config.json", _config_json(prepared))
+    return run_meta(prepared, rundir, resuming=True, on_generation=on_generation)

@@ -1,0 +1,270 @@
+"""Meta-evolution: PPO with learned rules at their start equals the hand-written rule, rules resolved to
+their file's content, `sparqrl meta` outputs, an exact resume, one-line errors, and a learning test."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sparqrl import config as cfg
+from sparqrl.algos import base, ppo
+from sparqrl.algos.ppo import objectives
+from sparqrl.config import ConfigError
+from sparqrl.envs import make_env
+from sparqrl.meta import run as meta_run
+from sparqrl.runners.anakin import static_describe
+
+TINY = ppo.Config(total_timesteps=3 * 4 * 16, num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2)
+
+
+@pytest.fixture(scope="module")
+def cartpole():
+    return make_env("CartPole-v1")
+
+
+def trained_params(config, env, key=0, meta_params=None):
+    algo = ppo.make_algorithm(config, env, meta_params)
+    state, metrics = jax.jit(base.make_train_fn(algo))(jax.random.PRNGKey(key))
+    return state.params, metrics
+
+
+def assert_trees_close(a, b, atol=1e-6):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=atol)
+
+
+# --------------------------------------------------------------------------------------------------
+# Learned rules at their start are the hand-written ones
+
+
+@pytest.mark.parametrize("env_name", ["CartPole-v1", "Pendulum-v1"])
+def test_zero_lpo_network_trains_as_ppo_clip(tmp_path, env_name):
+    """objective lpo:FILE with the all-zero network (discrete and continuous actions) trains to the same
+    parameters as objective ppo-clip."""
+    env = make_env(env_name)
+    file = objectives.save_meta_params(tmp_path / "lpo.npz", objectives.lpo_init())
+    clip, clip_metrics = trained_params(TINY, env)
+    lpo, lpo_metrics = trained_params(dataclasses.replace(TINY, objective=f"lpo:{file}"), env)
+    assert_trees_close(clip, lpo)
+    np.testing.assert_allclose(clip_metrics["policy_loss"], lpo_metrics["policy_loss"], rtol=1e-5, atol=1e-6)
+    if env_name != "CartPole-v1":
+        return
+    # the same weights given as an input (as meta-training does) train the same
+    given, _ = trained_params(dataclasses.replace(TINY, objective="lpo"), env,
+                              meta_params=objectives.MetaParams(lpo=objectives.lpo_init()))
+    assert_trees_close(lpo, given, atol=0.0)
+
+
+def test_learned_value_loss_at_init_trains_as_l2(tmp_path, cartpole):
+    file = objectives.save_meta_params(tmp_path, objectives.value_loss_init())  # a folder: best_meta_params.npz
+    l2, l2_metrics = trained_params(dataclasses.replace(TINY, value_loss="l2"), cartpole)
+    learned, learned_metrics = trained_params(dataclasses.replace(TINY, value_loss=f"learned:{tmp_path}"), cartpole)
+    assert file.endswith(objectives.META_PARAMS_FILE)
+    assert_trees_close(l2, learned)
+    np.testing.assert_allclose(l2_metrics["value_loss"], learned_metrics["value_loss"], rtol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------------
+# Rules resolved to their file's content (program-cache correctness), old configs, errors
+
+
+def test_learned_rule_resolves_to_its_content_hash(tmp_path, cartpole):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    objectives.save_meta_params(folder, objectives.lpo_init())
+    config = dataclasses.replace(TINY, objective=f"lpo:{folder}")
+    resolved = config.validate(cartpole)
+    file = folder / objectives.META_PARAMS_FILE
+    assert resolved.objective.startswith(f"lpo:{file}#sha256=")
+    assert resolved.validate(cartpole) == resolved  # the resolved form loads, unchanged
+    # re-evolved weights at the same path: another repr, so no stale stored program is reused ...
+    changed = objectives.lpo_init()._replace(out=jnp.full((objectives.LPO_HIDDEN,), 0.1))
+    objectives.save_meta_params(folder, changed)
+    again = config.validate(cartpole)
+    assert again.objective != resolved.objective
+    assert static_describe("ppo", again) != static_describe("ppo", resolved)
+    # ... and a run recorded with the old weights refuses the changed file
+    with pytest.raises(ConfigError, match="objective=.*changed"):
+        resolved.validate(cartpole)
+    # plain rules stay as they are
+    assert TINY.validate(cartpole).objective == "ppo-clip"
+
+
+def test_old_config_with_clip_value_loads():
+    for clip, expected in ((True, "clipped"), (False, "l2")):
+        data = {**cfg.to_dict(ppo.Config()), "clip_value": clip}
+        data.pop("value_loss")
+        assert cfg.from_dict(ppo.Config, data).value_loss == expected
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("objective", "ppo", "must be one of ppo-clip, dpo, lpo:PATH"),
+    ("objective", "lpo:", "needs a file"),
+    ("value_loss", "learned:/no/such/file.npz", "not found"),
+    ("value_loss", "huber", "must be one of l2, clipped, learned:PATH"),
+])
+def test_bad_rule_is_one_line_error(cartpole, field, value, words):
+    with pytest.raises(ConfigError, match=words) as error:
+        dataclasses.replace(TINY, **{field: value}).validate(cartpole)
+    assert "\n" not in str(error.value) and field in str(error.value)
+
+
+def test_wrong_shaped_meta_params_file_is_one_line_error(tmp_path, cartpole):
+    file = objectives.save_meta_params(tmp_path / "v.npz", objectives.value_loss_init(hidden=8))
+    with pytest.raises(ConfigError, match="wrong shape") as error:
+        dataclasses.replace(TINY, value_loss=f"learned:{file}").validate(cartpole)
+    assert "\n" not in str(error.value)
+    with pytest.raises(ConfigError, match="needs meta-parameters"):
+        ppo.make_algorithm(dataclasses.replace(TINY, objective="lpo"), cartpole)
+
+
+# --------------------------------------------------------------------------------------------------
+# sparqrl meta: outputs, exact resume, errors
+
+INNER = ["--set", "num_envs=4", "--set", "num_steps=16", "--set", "num_minibatches=1", "--set", "update_epochs=1",
+         "--set", "hidden=16,16", "--steps", "128"]
+
+
+def meta_argv(task, out, *extra):
+    return ["meta", task, "--popsize", "4", "--seeds", "2", *INNER, "--out", str(out), "--no-energy",
+            "--no-progress", *extra]
+
+
+def run_cli(capsys, *argv):
+    from sparqrl.cli import main
+
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def fitness_rows(out):
+    with (out / "fitness.csv").open(newline="") as f:
+        return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in csv.DictReader(f)]
+
+
+def checkpoint_arrays(out):
+    with np.load(out / meta_run.CHECKPOINT) as data:
+        return {k: data[k] for k in data.files if k != "totals"}
+
+
+def test_meta_lpo_outputs_and_killed_run_resumes_identically(capsys, tmp_path):
+    """A run killed after generation 2 of 3 and resumed ends bit-identical to an uninterrupted one (fitness.csv,
+    strategy state, best meta-parameters), and a finished run has every output."""
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    start = time.perf_counter()
+    code, out, err = run_cli(capsys, *meta_argv("lpo", whole, "--generations", "3"))
+    assert code == 0, err
+    summary = json.loads(out)
+    for name in ("fitness.csv", "fitness.png", "learned.png", "summary.json", "config.json", "checkpoint.npz",
+                 objectives.META_PARAMS_FILE, "tensorboard", "sparqrl-run.json"):
+        assert (whole / name).exists(), name
+    for key in ("task", "env", "strategy", "generations", "popsize", "seeds", "steps", "best_fitness",
+                "final_mean_fitness", "wall_time_s", "compile_time_s", "env_steps_per_s"):
+        assert key in summary, key
+    assert summary["generations"] == 3 and summary["env_steps"] == 3 * 4 * 2 * 128
+    assert len(fitness_rows(whole)) == 3
+    # the result is what `train --objective lpo:DIR` reads
+    objectives.load_meta_params(whole, objectives.lpo_init())
+
+    class Killed(Exception):
+        pass
+
+    def kill(generation):
+        if generation == 2:
+            raise Killed
+
+    args = meta_run.MetaConfig(task="lpo", popsize=4, seeds=2, steps=128, generations=3, out=str(killed),
+                               energy=False, progress=False,
+                               set=("num_envs=4", "num_steps=16", "num_minibatches=1", "update_epochs=1",
+                                    "hidden=16,16"))
+    with pytest.raises(Killed):
+        meta_run.train_meta(args, on_generation=kill)
+    assert len(fitness_rows(killed)) == 2 and not (killed / "summary.json").exists()
+    code, _, err = run_cli(capsys, "meta", "--resume", str(killed), "--no-progress")
+    assert code == 0, err
+    assert fitness_rows(killed) == fitness_rows(whole)
+    a, b = checkpoint_arrays(whole), checkpoint_arrays(killed)
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert_trees_close(objectives.load_meta_params(whole, objectives.lpo_init()),
+                       objectives.load_meta_params(killed, objectives.lpo_init()), atol=0.0)
+    print(f"\nlpo meta runs: {time.perf_counter() - start:.0f} s")
+
+
+def test_meta_value_loss_more_generations_and_train_reads_the_result(capsys, tmp_path, cartpole):
+    out = tmp_path / "vl"
+    code, _, err = run_cli(capsys, *meta_argv("value-loss", out, "--generations", "1", "--fitness-shaping", "z_score"))
+    assert code == 0, err
+    code, summary, err = run_cli(capsys, "meta", "--resume", str(out), "--generations", "2", "--no-progress")
+    assert code == 0, err
+    assert json.loads(summary)["generations"] == 2 and len(fitness_rows(out)) == 2
+    resolved = dataclasses.replace(TINY, value_loss=f"learned:{out}").validate(cartpole)
+    assert resolved.value_loss.startswith("learned:") and "#sha256=" in resolved.value_loss
+
+
+def test_meta_hparams_writes_best_hparams(capsys, tmp_path):
+    out = tmp_path / "hp"
+    code, _, err = run_cli(capsys, *meta_argv("hparams", out, "--generations", "1", "--fields", "lr,gamma",
+                                              "--popsize", "2"))
+    assert code == 0, err
+    best = json.loads((out / meta_run.BEST_HPARAMS_FILE).read_text())
+    assert set(best["hparams"]) == {"lr", "gamma"} and 0 < best["hparams"]["gamma"] < 1
+    assert best["hparams"]["lr"] > 0 and (out / "learned.png").exists()
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["meta", "value-los"], "close matches: value-loss"),
+    (["meta", "lpo", "--strategy", "openes"], "close matches: open_es"),
+    (["meta", "lpo", "--popsize", "5"], "popsize=5 is not allowed: must be even"),
+    (["meta", "hparams", "--fields", "lr,clip_epsilon"], "close matches: clip_eps"),
+    (["meta", "hparams", "--algo", "dqn", "--fields", "clip_eps"], "fields='clip_eps'"),
+    (["meta", "lpo", "--set", "num_env=4"], "unknown field 'num_env'"),
+    (["meta", "lpo", "--fitness", "best"], "fitness='best'"),
+    (["meta", "lpo", "--popsize", "0"], "popsize=0"),
+    (["meta"], "TASK"),
+    (["meta", "--resume", "/no/such/run"], "no such folder"),
+])
+def test_meta_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, words):
+    code, _, err = run_cli(capsys, *argv, "--out", str(tmp_path / "x")) if "--resume" not in argv else run_cli(
+        capsys, *argv)
+    assert code == 2
+    assert err.startswith("sparqrl: error:") and err.strip().count("\n") == 0, err
+    assert words in err, err
+    assert not (tmp_path / "x").exists()
+
+
+def test_train_with_wrong_shaped_meta_params_is_one_line_exit_2(capsys, tmp_path):
+    file = objectives.save_meta_params(tmp_path / "bad.npz", objectives.lpo_init(hidden=4))
+    code, _, err = run_cli(capsys, "train", "ppo", "--objective", f"lpo:{file}", "--out", str(tmp_path / "x"))
+    assert code == 2 and err.strip().count("\n") == 0 and "wrong shape" in err, err
+
+
+# --------------------------------------------------------------------------------------------------
+# Learning
+
+
+def test_learned_value_loss_at_init_learns_cartpole(tmp_path, cartpole):
+    """PPO with value_loss learned:FILE at the L2 start (PureJaxRL's CartPole config, 500k steps, 2 seeds
+    vmapped) reaches a deterministic return of 400 on average."""
+    objectives.save_meta_params(tmp_path, objectives.value_loss_init())
+    config = ppo.Config(value_loss=f"learned:{tmp_path}").validate(cartpole)
+    algo = ppo.make_algorithm(config, cartpole)
+
+    def run(key):
+        train_key, eval_key = jax.random.split(key)
+        state, _ = base.make_train_fn(algo)(train_key)
+        return base.evaluate(cartpole, algo.act, algo.policy(state), eval_key, 10)
+
+    start = time.perf_counter()
+    returns = np.asarray(jax.jit(jax.vmap(run))(jax.random.split(jax.random.PRNGKey(0), 2)))
+    print(f"\nlearned value loss at init: per-seed returns {returns.mean(axis=1)}, {time.perf_counter() - start:.0f} s")
+    assert returns.mean() >= 400.0
