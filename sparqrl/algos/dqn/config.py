@@ -22,9 +22,9 @@ Activation = Literal["relu", "tanh"]
 class Config:
     """Deep Q-Network (Mnih et al. 2015), optionally Double DQN (van Hasselt et al. 2016)."""
 
+    # Fields the compiled program takes as traced inputs (`algos.base`): a sweep or an evolved
+    # population varies them inside one program. Every other field is static.
     TRACED: ClassVar[tuple[str, ...]] = ("lr", "epsilon_start", "epsilon_finish", "tau", "gamma")
-    """Fields the compiled program takes as traced inputs (`algos.base`): a sweep or an evolved
-    population varies them inside one program. Every other field is static."""
 
     total_timesteps: int = 500_000
     """Environment steps to train for, summed over all parallel environments."""

@@ -16,10 +16,10 @@ from sparqrl.envs import Box, Discrete
 class Config:
     """Proximal Policy Optimization (Schulman et al. 2017, arXiv 1707.06347), PureJaxRL style."""
 
+    # Fields the compiled program takes as traced inputs (`algos.base`): a sweep or an evolved
+    # population varies them inside one program. Every other field is static.
     TRACED: ClassVar[tuple[str, ...]] = ("lr", "gamma", "gae_lambda", "clip_eps", "dpo_alpha", "dpo_beta", "ent_coef",
                                          "vf_coef", "max_grad_norm")
-    """Fields the compiled program takes as traced inputs (`algos.base`): a sweep or an evolved
-    population varies them inside one program. Every other field is static."""
 
     total_timesteps: int = 500_000
     """Environment steps in the whole run, summed over the parallel environments of one seed."""
