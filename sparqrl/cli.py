@@ -6,6 +6,7 @@ dataclasses and the docstrings under their fields, so the help can never drift f
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import gc
@@ -236,16 +237,17 @@ def _resume(argv: list[str]) -> dict:
     return runners.resume(out, progress=new_run.progress)
 
 
-def _eval(argv: list[str]) -> int:
-    import argparse
+class OneLineParser(argparse.ArgumentParser):
+    """argparse for the commands tyro does not parse: a bad argument is a one-line `ConfigError`."""
 
+    def error(self, message: str) -> typing.NoReturn:
+        raise cfg.ConfigError(f"{message} (see {self.prog} --help)")
+
+
+def _eval(argv: list[str]) -> int:
     from sparqrl import runners
 
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> typing.NoReturn:  # one line, as every other bad input
-            raise cfg.ConfigError(f"{message} (see sparqrl eval --help)")
-
-    parser = Parser(prog="sparqrl eval", description="Evaluate the saved policy of a run.")
+    parser = OneLineParser(prog="sparqrl eval", description="Evaluate the saved policy of a run.")
     parser.add_argument("dir", help="output directory of a run")
     parser.add_argument("--episodes", type=int, default=None, help="episodes per seed (default: the run's)")
     parser.add_argument("--seed", type=int, default=None, help="evaluation seed (default: the run's)")
@@ -254,10 +256,15 @@ def _eval(argv: list[str]) -> int:
     return 0
 
 
+def _meta(argv: list[str]) -> int:
+    from sparqrl.meta.cli import run_cli  # evosax is imported only by meta runs
+
+    return run_cli(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"train": _train, "sweep": _sweep, "eval": _eval,
-                "meta": lambda args: __import__("sparqrl.meta.cli", fromlist=["run_cli"]).run_cli(args)}
+    commands = {"train": _train, "sweep": _sweep, "eval": _eval, "meta": _meta}
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2

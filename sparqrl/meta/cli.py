@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import typing
 from typing import Sequence
 
 from sparqrl import config as cfg
@@ -25,16 +24,13 @@ The best meta-parameters go to OUT/best_meta_params.npz: `sparqrl train ppo --va
 `--objective lpo:OUT` uses them (hparams: OUT/best_hparams.json holds --set items)."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> typing.NoReturn:  # one line, as every other bad input
-        raise cfg.ConfigError(f"{message} (see sparqrl meta --help)")
-
-
 def parser() -> argparse.ArgumentParser:
     from sparqrl.meta.run import MetaConfig
 
     d = MetaConfig()
-    p = _Parser(prog="sparqrl meta", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from sparqrl.cli import OneLineParser
+
+    p = OneLineParser(prog="sparqrl meta", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("task", nargs="?", help="value-loss, lpo or hparams")
     p.add_argument("--env", default=None, help=f"inner environment (default {d.env})")
     p.add_argument("--algo", default=None, help="inner algorithm for hparams: ppo, dqn, td3, sac (default ppo)")
@@ -113,20 +109,10 @@ def run_cli(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m sparqrl.meta.cli ...`: run_cli with one-line errors and exit codes (2: bad input)."""
-    from sparqrl.runners import RunFailed, RunInterrupted
+    """`python -m sparqrl.meta.cli ...`: as `sparqrl meta ...` (one-line errors, exit codes)."""
+    from sparqrl import cli
 
-    try:
-        return run_cli(list(sys.argv[1:] if argv is None else argv))
-    except cfg.ConfigError as error:
-        print(f"sparqrl: error: {error}", file=sys.stderr)
-        return 2
-    except RunFailed as error:
-        print(f"sparqrl: error: {error}", file=sys.stderr)
-        return 1
-    except (RunInterrupted, KeyboardInterrupt) as stop:
-        print(f"sparqrl: {str(stop) or 'interrupted'}", file=sys.stderr)
-        return 130
+    return cli.main(["meta", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

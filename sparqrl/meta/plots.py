@@ -12,15 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sparqrl.algos.ppo import objectives
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; never needs a display
-    import matplotlib.pyplot as plt
-
-    return plt
+from sparqrl.telemetry.plots import finish_axes, pyplot, save_figure
 
 
 def _column(rows: list[dict[str, str]], name: str) -> np.ndarray:
@@ -29,7 +21,7 @@ def _column(rows: list[dict[str, str]], name: str) -> np.ndarray:
 
 def plot_fitness(csv_path: Path, png_path: Path, title: str) -> None:
     """Mean fitness with the population's spread (± std), the generation's best and the best so far."""
-    plt = _pyplot()
+    plt = pyplot()
     with csv_path.open(newline="") as f:
         rows = list(csv.DictReader(f))
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -40,14 +32,8 @@ def plot_fitness(csv_path: Path, png_path: Path, title: str) -> None:
         ax.fill_between(g, mean - std, mean + std, alpha=0.25, label="± std")
         ax.plot(g, _column(rows, "best_fitness"), label="best of generation", alpha=0.8)
         ax.plot(g, _column(rows, "best_so_far"), label="best so far", linestyle="--")
-    ax.set_xlabel("generation")
-    ax.set_ylabel("fitness (episode return)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=110)
-    plt.close(fig)
+    finish_axes(ax, "generation", "fitness (episode return)", title)
+    save_figure(fig, png_path)
 
 
 def drift_curves(lpo: objectives.LPOParams, eps: float, alpha: float, beta: float, advantage: float,
@@ -71,30 +57,23 @@ def value_loss_curves(params: objectives.ValueLossParams, d: np.ndarray) -> dict
 
 def plot_learned(prepared: Any, center: Any, png_path: Path) -> None:
     """learned.png for the task of `prepared` (`sparqrl.meta.run.Prepared`), `center` its genome."""
-    plt = _pyplot()
+    plt = pyplot()
     task, inner = prepared.task, prepared.task.inner_config
     if task.name == "lpo":
         r = np.linspace(0.5, 1.5, 201)
         fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
         for ax, advantage in zip(axes, (1.0, -1.0)):
-            for label, y in drift_curves(center, float(inner.clip_eps), float(inner.dpo_alpha),
-                                         float(inner.dpo_beta), advantage, r).items():
-                ax.plot(r, y, label=label)
-            ax.set_title(f"drift f(r, A), A = {advantage:+g}")
-            ax.set_xlabel("probability ratio r")
-            ax.grid(alpha=0.3)
-        axes[0].set_ylabel("drift")
-        axes[0].legend()
+            for name, y in drift_curves(center, float(inner.clip_eps), float(inner.dpo_alpha),
+                                        float(inner.dpo_beta), advantage, r).items():
+                ax.plot(r, y, label=name)
+            finish_axes(ax, "probability ratio r", title=f"drift f(r, A), A = {advantage:+g}", legend=False)
+        finish_axes(axes[0], ylabel="drift")
     elif task.name == "value-loss":
         d = np.linspace(-3.0, 3.0, 241)
         fig, ax = plt.subplots(figsize=(7, 4.2))
-        for label, y in value_loss_curves(center, d).items():
-            ax.plot(d, y, label=label)
-        ax.set_xlabel("prediction − target")
-        ax.set_ylabel("loss per sample")
-        ax.set_title("learned value loss")
-        ax.grid(alpha=0.3)
-        ax.legend()
+        for name, y in value_loss_curves(center, d).items():
+            ax.plot(d, y, label=name)
+        finish_axes(ax, "prediction − target", "loss per sample", "learned value loss")
     else:
         values = task.describe_genome(center)
         names = list(values)
@@ -108,6 +87,4 @@ def plot_learned(prepared: Any, center: Any, png_path: Path) -> None:
         for i, v in enumerate(values.values()):
             ax.annotate(f"{v:.3g}", (i, ratio[i] if np.isfinite(ratio[i]) else 0), ha="center", va="bottom")
         ax.tick_params(axis="x", rotation=30)
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, png_path)

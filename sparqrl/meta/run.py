@@ -27,7 +27,6 @@ import json
 import math
 import os
 import time
-import types
 from pathlib import Path
 from typing import Any, Callable
 
@@ -327,24 +326,10 @@ def _config_json(prepared: Prepared) -> str:
 
 
 def start_meta_dir(prepared: Prepared) -> Any:
-    """A new run folder (`rundir.check_out` rules: --overwrite replaces only a sparqrl run's files)."""
-    from sparqrl.runners.rundir import CONFIG, MANIFEST, RunDir, _remove, check_out, os_reason, read_manifest
+    """A new run folder (`rundir.new_run_dir`: --overwrite replaces only a sparqrl run's files)."""
+    from sparqrl.runners.rundir import new_run_dir
 
-    config = prepared.config
-    check_out(types.SimpleNamespace(out=config.out, overwrite=config.overwrite))
-    out = Path(config.out)
-    try:
-        held = read_manifest(out) if out.is_dir() else None
-        if held is not None:
-            for name in held[1]:
-                _remove(out / name)
-            (out / MANIFEST).unlink(missing_ok=True)
-        out.mkdir(parents=True, exist_ok=True)
-        rundir = RunDir(out, [])
-        rundir.write_text(CONFIG, _config_json(prepared))
-    except OSError as error:
-        cfg.fail("out", config.out, f"cannot be written: {os_reason(error)}")
-    return rundir
+    return new_run_dir(prepared.config.out, prepared.config.overwrite, _config_json(prepared))
 
 
 def open_meta_dir(path: str) -> tuple[Any, MetaConfig]:

@@ -148,15 +148,15 @@ def member_keys(keys: jax.Array, members: int) -> jax.Array:
 class AnakinDriver:
     """The on-device run for the shared session loop (`sparqrl.runners.session`)."""
 
-    def __init__(self, algo_at: Callable[[HParams], Algorithm], algo: Algorithm, env: Env, run: RunConfig,
-                 describe: str, hparams: dict[str, np.ndarray], sweep: Callable[..., dict] | None = None):
-        """`algo`: the algorithm at the config's own values (static facts); `hparams`: [members] per traced
-        field, members a multiple of run.seeds (`member_hparams`); `sweep(rundir, final [members])` writes a
-        sweep's own outputs and returns its summary fields."""
-        self.algo_at, self.algo, self.env, self.run, self.sweep = algo_at, algo, env, run, sweep
+    def __init__(self, algo_at: Callable[[HParams], Algorithm], env: Env, run: RunConfig, describe: str,
+                 hparams: dict[str, np.ndarray], sweep: Callable[..., dict] | None = None):
+        """`hparams`: [members] per traced field, members a multiple of run.seeds (`member_hparams`);
+        `sweep(rundir, final [members])` writes a sweep's own outputs and returns its summary fields."""
+        self.algo_at, self.env, self.run, self.sweep = algo_at, env, run, sweep
+        self.algo = algo_at({})  # at the config's own values: the static facts (update count, summary)
         self.describe = f"{describe} env={run.env} eval_episodes={run.eval_episodes}"  # what the programs close over
-        self.bounds = chunk_bounds(algo.num_updates, run.chunks)
-        self.env_steps_per_update = algo.env_steps_per_update
+        self.bounds = chunk_bounds(self.algo.num_updates, run.chunks)
+        self.env_steps_per_update = self.algo.env_steps_per_update
         self.compile_time_s = 0.0
         self.startup_s = 0.0
         self.programs_loaded = 0  # of the 3 programs, how many came traced from the cache (`programs`)
@@ -177,7 +177,7 @@ class AnakinDriver:
         """Compile every program the run needs ahead of time, so compile time is measured apart. A later
         run of the same configuration loads them traced (`programs`) and compiled (XLA's cache)."""
         start = time.perf_counter()
-        algo, env, run, sharding = self.algo, self.env, self.run, self.sharding
+        env, run, sharding = self.env, self.run, self.sharding
         seeds, replicated = PartitionSpec("seeds"), PartitionSpec()
         store = program_store() if run.compile_cache else None
 
@@ -257,9 +257,8 @@ def make_driver(algo_name: str, module: Any, algo_config: Any, env: Env, run: Ru
     if settings is not None:
         sweep_outputs = functools.partial(sweep.write_outputs, algo_name=algo_name, algo_config=algo_config, run=run,
                                           settings=settings)
-    return AnakinDriver(algorithm_at(module, algo_config, env), module.make_algorithm(algo_config, env), env, run,
-                        static_describe(algo_name, algo_config), member_hparams(algo_config, settings, run.seeds),
-                        sweep_outputs)
+    return AnakinDriver(algorithm_at(module, algo_config, env), env, run, static_describe(algo_name, algo_config),
+                        member_hparams(algo_config, settings, run.seeds), sweep_outputs)
 
 
 def train(algo_name: str, algo_config: Any, run: RunConfig, *, settings: list[dict[str, float]] | None = None,

@@ -93,24 +93,24 @@ def _is_format0_run(path: Path) -> bool:
     return isinstance(data, dict) and {"algo", "run", "config"} <= set(data)
 
 
-def check_out(run: RunConfig) -> None:
+def check_out(path: str, overwrite: bool) -> None:
     """The checks `--out` must pass before a new run is prepared; nothing is written or deleted."""
-    out = Path(run.out)
+    out = Path(path)
     if out.exists() or out.is_symlink():
-        cfg.require(out.is_dir(), "out", run.out, "is a file, not a folder; name a folder for the run")
+        cfg.require(out.is_dir(), "out", path, "is a file, not a folder; name a folder for the run")
         if any(out.iterdir()):
             held = read_manifest(out)
-            cfg.require(held is not None, "out", run.out,
+            cfg.require(held is not None, "out", path,
                         "holds files that are not a sparqrl run (nothing was deleted); name a new or empty folder")
-            cfg.require(run.overwrite, "out", run.out,
+            cfg.require(overwrite, "out", path,
                         "already holds a run; pass --overwrite to replace it or --resume DIR to continue it")
     ancestor = out
     while not ancestor.exists():
         ancestor = ancestor.parent
-    cfg.require(ancestor.is_dir(), "out", run.out, f"cannot be made: {ancestor} is a file")
-    cfg.require(os.access(ancestor, os.W_OK | os.X_OK), "out", run.out, f"cannot be written: {ancestor} is read-only")
+    cfg.require(ancestor.is_dir(), "out", path, f"cannot be made: {ancestor} is a file")
+    cfg.require(os.access(ancestor, os.W_OK | os.X_OK), "out", path, f"cannot be written: {ancestor} is read-only")
     free = shutil.disk_usage(ancestor).free
-    cfg.require(free >= MIN_FREE_BYTES, "out", run.out,
+    cfg.require(free >= MIN_FREE_BYTES, "out", path,
                 f"is on a full disk ({free // 2**20} MiB free, a run needs at least {MIN_FREE_BYTES // 2**20} MiB)")
 
 
@@ -119,8 +119,18 @@ def start_run_dir(algo_name: str, algo_config: Any, run: RunConfig, sweep: list[
     """The output folder of a new run, holding its manifest and resolved config.json (with a sweep's
     settings under "sweep"). Called once every input check has passed: only then is an earlier run in the
     folder (with `--overwrite`) deleted, and only the files that run recorded."""
-    check_out(run)
-    out = Path(run.out)
+    data = {"algo": algo_name, "run": cfg.to_dict(run), "config": cfg.to_dict(algo_config)}
+    if sweep is not None:
+        data["sweep"] = sweep
+    return new_run_dir(run.out, run.overwrite, json.dumps(data, indent=2, sort_keys=True))
+
+
+def new_run_dir(path: str, overwrite: bool, config_json: str) -> RunDir:
+    """A new run folder at `path` holding its manifest and `config_json` as config.json (any kind of run:
+    train, sweep, meta). The `check_out` rules first: an earlier sparqrl run there is replaced only with
+    `overwrite`, and only the files it recorded are deleted."""
+    check_out(path, overwrite)
+    out = Path(path)
     try:
         held = read_manifest(out) if out.is_dir() else None
         if held is not None:
@@ -129,12 +139,9 @@ def start_run_dir(algo_name: str, algo_config: Any, run: RunConfig, sweep: list[
             (out / MANIFEST).unlink(missing_ok=True)
         out.mkdir(parents=True, exist_ok=True)
         rundir = RunDir(out, [])
-        data = {"algo": algo_name, "run": cfg.to_dict(run), "config": cfg.to_dict(algo_config)}
-        if sweep is not None:
-            data["sweep"] = sweep
-        rundir.write_text(CONFIG, json.dumps(data, indent=2, sort_keys=True))
+        rundir.write_text(CONFIG, config_json)
     except OSError as error:
-        cfg.fail("out", run.out, f"cannot be written: {os_reason(error)}")
+        cfg.fail("out", path, f"cannot be written: {os_reason(error)}")
     return rundir
 
 

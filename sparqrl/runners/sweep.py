@@ -141,26 +141,19 @@ def best_json(algo_name: str, algo_config: Any, run: Any, setting: Setting, retu
 
 def plot_sweep(settings: list[Setting], returns: np.ndarray, png_path: Path, title: str) -> None:
     """sweep.png: per swept field, each setting's final return (mean and std over seeds) against its value."""
-    import matplotlib  # imported here, as for returns.png
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from sparqrl.telemetry.plots import finish_axes, pyplot, save_figure
 
     fields = list(settings[0])
-    fig, axes = plt.subplots(1, len(fields), figsize=(4.5 * len(fields), 3.8), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(fields), figsize=(4.5 * len(fields), 3.8), squeeze=False)
     mean, std = returns.mean(axis=1), returns.std(axis=1)
     for ax, field in zip(axes[0], fields):
         values = np.array([s[field] for s in settings])
         ax.errorbar(values, mean, yerr=std, fmt="o", alpha=0.75, capsize=3)
         if values.min() > 0 and values.max() / values.min() >= 10:
             ax.set_xscale("log")
-        ax.set_xlabel(field)
-        ax.set_ylabel("final return (mean ± std over seeds)")
-        ax.grid(alpha=0.3)
+        finish_axes(ax, field, "final return (mean ± std over seeds)", legend=False)
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, png_path)
 
 
 def write_outputs(rundir: Any, final_per_member: np.ndarray, *, algo_name: str, algo_config: Any, run: Any,

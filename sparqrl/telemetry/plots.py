@@ -1,12 +1,43 @@
-"""The learning curve `returns.png`: mean and spread over seeds against env steps."""
+"""The learning curve `returns.png`: mean and spread over seeds against env steps; the helpers every
+picture a run writes shares (returns.png, sweep.png, fitness.png, learned.png)."""
 
 from __future__ import annotations
 
 import csv
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot drawing to files only (never a display), imported when a picture is drawn: a
+    quarter of a second the run's start need not wait for."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def finish_axes(ax: Any, xlabel: str | None = None, ylabel: str | None = None, title: str | None = None, *,
+                legend: bool = True) -> None:
+    """The axes' labels and title (those given), a light grid and the legend."""
+    for text, setter in ((xlabel, ax.set_xlabel), (ylabel, ax.set_ylabel), (title, ax.set_title)):
+        if text is not None:
+            setter(text)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend()
+
+
+def save_figure(fig: Any, png_path: Path) -> None:
+    """Lay out, write as PNG and free the figure."""
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    pyplot().close(fig)
 
 
 def _curve(rows: list[dict[str, str]], column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -21,24 +52,13 @@ def _curve(rows: list[dict[str, str]], column: str) -> tuple[np.ndarray, np.ndar
 
 
 def plot_returns(csv_path: Path, png_path: Path, title: str) -> None:
-    import matplotlib  # imported here: a quarter of a second the run's start need not wait for
-
-    matplotlib.use("Agg")  # files only; never needs a display
-    import matplotlib.pyplot as plt
-
     with csv_path.open(newline="") as f:
         rows = list(csv.DictReader(f))
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = pyplot().subplots(figsize=(7, 4.2))
     for column, label in (("episode_return", "training episodes"), ("eval_return", "evaluation (deterministic)")):
         steps, mean, std = _curve(rows, column)
         if len(steps):
             ax.plot(steps, mean, label=label, marker="o" if column == "eval_return" else None)
             ax.fill_between(steps, mean - std, mean + std, alpha=0.25)
-    ax.set_xlabel("env steps per seed")
-    ax.set_ylabel("episode return")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=110)
-    plt.close(fig)
+    finish_axes(ax, "env steps per seed", "episode return", title)
+    save_figure(fig, png_path)

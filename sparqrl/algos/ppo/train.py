@@ -99,14 +99,13 @@ def policy_objective_for(config: Config, meta_params: MetaParams | None = None
                          ) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None:
     """The policy loss of `config.objective` for `ppo_loss`: None for PPO-clip (its own surrogate), else
     -mean(r * A - drift(r, A)) over minibatch-normalised advantages (`objectives.policy_loss`), with DPO's
-    drift or the LPO network of `meta_params.lpo` (PPO-clip's drift plus the network's output)."""
+    drift or the LPO network of `meta_params.lpo` (PPO-clip's drift plus the network's output). meta_params:
+    as `meta_params_for` resolved them (needed for 'lpo' only)."""
     kind = rule_kind(config.objective)
     if kind == "ppo-clip":
         return None
     if kind == "lpo":
-        lpo = meta_params.lpo if meta_params is not None and meta_params.lpo is not None else (
-            meta_params_for(config.objective, "l2").lpo)
-        drift = lambda r, a: lpo_drift(lpo, r, a, config.clip_eps)  # noqa: E731
+        drift = lambda r, a: lpo_drift(meta_params.lpo, r, a, config.clip_eps)  # noqa: E731
     else:
         drift = lambda r, a: dpo_drift(r, a, config.dpo_alpha, config.dpo_beta)  # noqa: E731
 
@@ -120,12 +119,10 @@ def value_objective_for(config: Config, meta_params: MetaParams | None = None
                         ) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None:
     """The value loss of `config.value_loss` for `ppo_loss`: None for 'l2' and 'clipped' (`ppo_loss`'s
     own, with clip_value), else the learned loss mean(0.5 d^2 + net(d)), d = v - t, of
-    `meta_params.value_loss`."""
+    `meta_params.value_loss` (resolved by `meta_params_for`)."""
     if rule_kind(config.value_loss) != "learned":
         return None
-    params = meta_params.value_loss if meta_params is not None and meta_params.value_loss is not None else (
-        meta_params_for("ppo-clip", config.value_loss).value_loss)
-    return lambda values, old_values, targets: learned_value_loss(params, values, targets)
+    return lambda values, old_values, targets: learned_value_loss(meta_params.value_loss, values, targets)
 
 
 def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | None = None) -> Algorithm:
