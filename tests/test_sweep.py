@@ -144,3 +144,15 @@ def test_dqn_sweep_members_equal_train_runs(tmp_path):
     assert swept["final_return_per_seed"][:1] == single["final_return_per_seed"]
     with pytest.raises(ConfigError, match="gamma"):
         train("dqn", config, small_run(tmp_path / "bad", seeds=1), settings=[{"gamma": 1.5}])
+
+
+def test_a_damaged_sweep_record_is_a_one_line_error(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    train("ppo", PPO, small_run(out, seeds=1, chunks=1), settings=[{"lr": LRS[0]}])
+    data = json.loads((out / "config.json").read_text())
+    (out / "summary.json").unlink()  # an unfinished run, so --resume reads its settings
+    for damaged in ([{"lr": "fast"}], [], [{"lr": 1e-4}, {"gamma": 0.9}]):
+        (out / "config.json").write_text(json.dumps({**data, "sweep": damaged}))
+        assert cli.main(["train", "--resume", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "sweep settings" in err, err

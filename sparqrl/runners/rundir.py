@@ -173,7 +173,13 @@ def open_run_dir(path: str | Path, field: str = "resume") -> tuple[RunDir, str, 
 
 def saved_sweep(path: Path) -> list[dict[str, float]] | None:
     """The settings of the sweep whose folder is `path` (read after `open_run_dir`), None for a train run."""
-    return json.loads((Path(path) / CONFIG).read_text()).get("sweep")
+    sweep = json.loads((Path(path) / CONFIG).read_text()).get("sweep")
+    well_formed = sweep is None or (isinstance(sweep, list) and sweep and all(
+        isinstance(s, dict) and s.keys() == sweep[0].keys()
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in s.values()) for s in sweep))
+    cfg.require(well_formed, "resume", str(path), f"holds a damaged {CONFIG} (its sweep settings are not a list of "
+                "settings with the same numeric fields)")
+    return sweep
 
 
 def os_reason(error: OSError) -> str:
