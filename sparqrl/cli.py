@@ -30,7 +30,8 @@ commands:
   train ALGO [options]    train an agent; ALGO is one of: {', '.join(ALGORITHMS)}
                           (`sparqrl train ALGO --help` documents every option and config field)
   train ALGO --load-config FILE [options]
-                          train with the config of FILE (a sweep's best.json or a run's config.json)
+                          train with the config of FILE (a sweep's best.json, a meta run's
+                          best_hparams.json or a run's config.json)
   train --resume DIR      continue an interrupted run (or sweep) from its newest intact checkpoint (flags,
                           if given, must agree with the saved run; a finished run is left as it is)
   sweep ALGO --grid FIELD=V1,V2,... [--grid ...] [--random FIELD=log|lin:LOW:HIGH --samples N] [options]
@@ -155,11 +156,14 @@ def load_config(algo_name: str, path: str) -> tuple[RunConfig, Any]:
     file = Path(path) / CONFIG if Path(path).is_dir() else Path(path)
     try:
         data = json.loads(file.read_text())
+        cfg.require(not (isinstance(data, dict) and "meta" in data), "--load-config", path,
+                    "is a meta run's config; an hparams meta run's best_hparams.json can be loaded")
         config = cfg.from_dict(module.Config, data["config"])
     except cfg.ConfigError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as error:
-        cfg.fail("--load-config", path, f"must be a sweep's best.json or a run's config.json ({type(error).__name__}: "
+        cfg.fail("--load-config", path, f"must be a sweep's best.json, a meta run's best_hparams.json or a run's "
+                                        f"config.json ({type(error).__name__}: "
                                         f"{error})")
     saved = data.get("algo", algo_name)
     cfg.require(saved == algo_name, "--load-config", path, f"holds a {saved} config, not {algo_name}")

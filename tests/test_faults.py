@@ -244,6 +244,14 @@ def test_diverged_training_stops_with_one_line(tmp_path, capsys):
     assert not (out / "summary.json").exists()
 
 
+def test_diverged_sweep_names_the_setting(tmp_path, capsys):
+    """In a sweep the line names the diverged setting and seed, not a member index."""
+    out = tmp_path / "nan-sweep"
+    assert cli.main(["sweep", *RUN[1:], "--out", str(out), "--grid", "lr=1e-3,1e30"]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and " is nan for lr=1e+30 seed 0" in lines[0] and "lr=0.001" not in lines[0], lines
+
+
 def test_divergence_after_checkpoints_keeps_the_last_finite_one(tmp_path, monkeypatch, capsys):
     """A state that turns non-finite after two checkpoints: the run stops naming the leaf, and the
     checkpoints left are finite."""

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from sparqrl import cli
 from sparqrl import config as cfg
 from sparqrl.algos import base, ppo
 from sparqrl.algos.ppo import objectives
@@ -219,6 +220,13 @@ def test_meta_hparams_writes_best_hparams(capsys, tmp_path):
     best = json.loads((out / meta_run.BEST_HPARAMS_FILE).read_text())
     assert set(best["hparams"]) == {"lr", "gamma"} and 0 < best["hparams"]["gamma"] < 1
     assert best["hparams"]["lr"] > 0 and (out / "learned.png").exists()
+    _, config = cli.load_config("ppo", str(out / meta_run.BEST_HPARAMS_FILE))
+    assert (config.lr, config.gamma) == (best["hparams"]["lr"], best["hparams"]["gamma"])
+    # the meta folder itself is not a train run: one-line errors, nothing written
+    for argv in (["train", "ppo", "--resume", str(out)], ["train", "ppo", "--load-config", str(out)],
+                 ["eval", str(out)]):
+        code, _, err = run_cli(capsys, *argv)
+        assert code == 2 and "meta run" in err and err.strip().count("\n") == 0, (argv, err)
 
 
 @pytest.mark.parametrize("argv,words", [

@@ -234,6 +234,7 @@ def test_default_config_is_purejaxrl_cartpole(cartpole):
         ("max_grad_norm", 0.0),
         ("hidden", ()),
         ("activation", "gelu"),
+        ("torso", "cnn"),
         ("objective", "ppo"),
         ("dpo_alpha", 0.0),
         ("dpo_beta", -0.6),
@@ -247,6 +248,18 @@ def test_config_validate_names_the_field(cartpole, field, value):
     # make_algorithm checks before it builds or traces anything.
     with pytest.raises(ConfigError, match=field):
         ppo.make_algorithm(config, cartpole)
+
+
+@pytest.mark.parametrize("torso,has_conv", [("auto", True), ("mlp", False)])
+def test_torso_on_grid_observations(torso, has_conv):
+    """MinAtar's [10, 10, C] grid: auto puts a Conv before the hidden layers, mlp flattens the grid into them."""
+    env = make_env("Breakout-MinAtar")
+    algo = ppo.make_algorithm(ppo.Config(num_envs=2, num_steps=8, num_minibatches=1, torso=torso), env)
+    leaves = {"/".join(str(getattr(k, "key", k)) for k in path): leaf
+              for path, leaf in jax.tree_util.tree_flatten_with_path(algo.init(jax.random.PRNGKey(0)).params)[0]}
+    assert any("Conv" in path for path in leaves) == has_conv
+    first = next(leaf for path, leaf in leaves.items() if path.endswith("MLP_0/Dense_0/kernel"))
+    assert first.shape[0] == (10 * 10 * 16 if has_conv else int(np.prod(env.observation_shape)))
 
 
 # ---------------------------------------------------------------------------------------------------

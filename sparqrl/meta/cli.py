@@ -21,7 +21,8 @@ tasks:
   hparams     the traced hyperparameters of --algo (ppo, dqn, td3, sac); fitness: final return
 
 The best meta-parameters go to OUT/best_meta_params.npz: `sparqrl train ppo --value-loss learned:OUT` or
-`--objective lpo:OUT` uses them (hparams: OUT/best_hparams.json holds --set items)."""
+`--objective lpo:OUT` uses them (hparams: OUT/best_hparams.json holds --set items; `sparqrl train ALGO
+--load-config OUT/best_hparams.json` runs them)."""
 
 
 def parser() -> argparse.ArgumentParser:

@@ -15,7 +15,8 @@ A run's folder (`sparqrl.runners.rundir`: manifest, `--overwrite` replaces only 
   best_meta_params.npz the strategy's centre (ES mean; SimpleGA: its best member): what
                        `--objective lpo:DIR` / `--value-loss learned:DIR` read
   best_member_params.npz  the best single member seen (its fitness is a noisy maximum)
-  best_hparams.json    (hparams) the centre's and the best member's hyperparameters, as --set items
+  best_hparams.json    (hparams) the centre's and the best member's hyperparameters, as --set items, and the
+                       inner config with the centre's values (`sparqrl train ALGO --load-config` runs it)
   fitness.png, learned.png, summary.json
 """
 
@@ -363,7 +364,10 @@ def _save_best(rundir: Any, prepared: Prepared, state: Any) -> None:
         objectives.save_meta_params(rundir.claim(BEST_MEMBER_FILE), best)
     if task.describe_genome is not None:
         values = task.describe_genome(center)
-        data = {"algo": task.algo, "hparams": values, "set": [f"{k}={v:.6g}" for k, v in values.items()]}
+        # config.json's layout too, so that `sparqrl train ALGO --load-config best_hparams.json` runs it
+        inner = dataclasses.replace(task.inner_config, **values)
+        data = {"algo": task.algo, "hparams": values, "set": [f"{k}={v:.6g}" for k, v in values.items()],
+                "config": cfg.to_dict(inner), "run": {"env": prepared.config.env}}
         if np.all(np.isfinite(np.asarray(best))):
             data["best_member"] = task.describe_genome(best)
         rundir.write_text(BEST_HPARAMS_FILE, json.dumps(data, indent=2))

@@ -122,9 +122,10 @@ class MinAtarCNN(nn.Module):
 Torso = MLP | MinAtarCNN
 
 
-def make_torso(obs_shape: tuple[int, ...], hidden: Sequence[int], activation: str) -> nn.Module:
-    """A CNN for image-like [H, W, C] observations, else an MLP."""
-    if len(obs_shape) == 3:
+def make_torso(obs_shape: tuple[int, ...], hidden: Sequence[int], activation: str, kind: str = "auto") -> nn.Module:
+    """kind "auto": a CNN for image-like [H, W, C] observations, else an MLP; "mlp": an MLP over the flattened
+    observation whatever its shape."""
+    if kind == "auto" and len(obs_shape) == 3:
         return MinAtarCNN(tuple(hidden), activation)
     return MLP(tuple(hidden), activation, obs_ndim=len(obs_shape))
 
@@ -141,17 +142,18 @@ class ActorCritic(nn.Module):
     obs_shape: tuple[int, ...]
     hidden: Sequence[int] = (64, 64)
     activation: str = "tanh"
+    torso: str = "auto"  # make_torso's kind
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[distrax.Distribution, jax.Array]:
-        actor = make_torso(self.obs_shape, self.hidden, self.activation)(obs)
+        actor = make_torso(self.obs_shape, self.hidden, self.activation, self.torso)(obs)
         out = dense(self.action_dim, gain=0.01)(actor)
         if self.discrete:
             dist = distrax.Categorical(logits=out)
         else:
             log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
             dist = distrax.MultivariateNormalDiag(out, jnp.exp(log_std) * jnp.ones_like(out))
-        critic = make_torso(self.obs_shape, self.hidden, self.activation)(obs)
+        critic = make_torso(self.obs_shape, self.hidden, self.activation, self.torso)(obs)
         value = dense(1, gain=1.0)(critic)[..., 0]
         return dist, value
 

@@ -149,9 +149,11 @@ class AnakinDriver:
     """The on-device run for the shared session loop (`sparqrl.runners.session`)."""
 
     def __init__(self, algo_at: Callable[[HParams], Algorithm], env: Env, run: RunConfig, describe: str,
-                 hparams: dict[str, np.ndarray], sweep: Callable[..., dict] | None = None):
+                 hparams: dict[str, np.ndarray], sweep: Callable[..., dict] | None = None,
+                 settings: list[dict[str, float]] | None = None):
         """`hparams`: [members] per traced field, members a multiple of run.seeds (`member_hparams`);
-        `sweep(rundir, final [members])` writes a sweep's own outputs and returns its summary fields."""
+        `sweep(rundir, final [members])` writes a sweep's own outputs and returns its summary fields;
+        `settings`: a sweep's, which name its members in messages."""
         self.algo_at, self.env, self.run, self.sweep = algo_at, env, run, sweep
         self.algo = algo_at({})  # at the config's own values: the static facts (update count, summary)
         self.describe = f"{describe} env={run.env} eval_episodes={run.eval_episodes}"  # what the programs close over
@@ -161,6 +163,8 @@ class AnakinDriver:
         self.startup_s = 0.0
         self.programs_loaded = 0  # of the 3 programs, how many came traced from the cache (`programs`)
         self.members = len(next(iter(hparams.values()))) if hparams else run.seeds
+        self.member_names = [(" ".join(f"{k}={v:g}" for k, v in settings[i // run.seeds].items()) + " " if settings
+                              else "") + f"seed {i % run.seeds}" for i in range(self.members)]
         self.sharding = seed_sharding(self.members)
         self.replicated = NamedSharding(self.sharding.mesh, PartitionSpec())
         self.hparams = jax.device_put({k: jnp.asarray(v) for k, v in hparams.items()}, self.sharding)
@@ -258,7 +262,7 @@ def make_driver(algo_name: str, module: Any, algo_config: Any, env: Env, run: Ru
         sweep_outputs = functools.partial(sweep.write_outputs, algo_name=algo_name, algo_config=algo_config, run=run,
                                           settings=settings)
     return AnakinDriver(algorithm_at(module, algo_config, env), env, run, static_describe(algo_name, algo_config),
-                        member_hparams(algo_config, settings, run.seeds), sweep_outputs)
+                        member_hparams(algo_config, settings, run.seeds), sweep_outputs, settings)
 
 
 def train(algo_name: str, algo_config: Any, run: RunConfig, *, settings: list[dict[str, float]] | None = None,

@@ -161,6 +161,8 @@ def open_run_dir(path: str | Path, field: str = "resume") -> tuple[RunDir, str, 
                 "must be the output folder of a run (no sparqrl run there)")
     try:
         data = json.loads((out / CONFIG).read_text())
+        cfg.require(not (isinstance(data, dict) and "meta" in data and "algo" not in data), field, str(path),
+                    "is a meta run's folder, not a train or sweep run's (`sparqrl meta TASK --resume DIR` continues it)")
         module = get_algorithm(data["algo"])
         algo_config = cfg.from_dict(module.Config, data["config"])
         run = cfg.from_dict(RunConfig, data["run"])

@@ -115,6 +115,7 @@ class SebulbaDriver:
         self.bounds = chunk_bounds(p.fragments, run.chunks)
         self.env_steps_per_update = self.T * p.al.num_envs
         self.members = run.seeds
+        self.member_names = [f"seed {i}" for i in range(run.seeds)]
         self.compile_time_s = 0.0
         self.timers = dict.fromkeys(TIMERS, 0.0)
         self.prior = {"versions": 0, "restarts": 0}

@@ -54,6 +54,7 @@ class Driver(Protocol):
     bounds: list[int]  # cumulative learner updates at the end of each chunk
     env_steps_per_update: int  # per seed
     members: int  # trainings in the program: run.seeds, or a sweep's settings x seeds
+    member_names: list[str]  # per member, for messages: "seed 2", or a sweep's "lr=0.01 seed 2"
     compile_time_s: float  # this session's compilation so far
     startup_s: float  # this session's other set-up kept out of env_steps_per_s (starting actors)
 
@@ -334,8 +335,9 @@ class _Session:
         for name, values in per_seed.items():
             values = np.asarray(values, np.float64)
             if name not in NOT_CHECKED and not np.isfinite(values).all():
-                seeds = np.flatnonzero(~np.isfinite(values)).tolist()
-                self._fail_non_finite(chunk, f"{name} is {values[seeds[0]]} for seed(s) {seeds[:8]}")
+                bad = np.flatnonzero(~np.isfinite(values)).tolist()
+                names = ", ".join(self.driver.member_names[i] for i in bad[:4]) + (", ..." if len(bad) > 4 else "")
+                self._fail_non_finite(chunk, f"{name} is {values[bad[0]]} for {names}")
 
     def _save_checked(self, chunk: int, state: Any) -> None:
         try:

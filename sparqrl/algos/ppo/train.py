@@ -142,6 +142,7 @@ def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | No
         obs_shape=tuple(env.observation_shape),
         hidden=tuple(config.hidden),
         activation=config.activation,
+        torso=config.torso,
     )
     learning_rate = (
         optax.linear_schedule(config.lr, 0.0, config.num_optimizer_steps) if config.anneal_lr else config.lr
