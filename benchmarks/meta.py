@@ -8,11 +8,13 @@
 
 Parts (every number comes from this process, on this machine):
 
-  lpo          LPO meta-training on --lpo-env (default CartPole-v1): PPO's drift network from its PPO-clip
-               start, OpenES; prints the mean / best fitness (final return) per generation.
-  value-loss   the learned value loss on CartPole-v1 (PureJaxRL walkthrough, reference §6: fitness the mean
-               return over the whole inner run): --popsize agents x --generations; prints the fitness per
-               generation.
+  lpo          `sparqrl meta lpo` on --lpo-env (default CartPole-v1): PPO's drift network from its PPO-clip
+               start, OpenES, fitness the final return; prints the mean / best fitness per generation, then
+               PPO-clip and the learned drift scored on --eval-seeds fresh inner seeds (paired).
+  value-loss   `sparqrl meta value-loss` on CartPole-v1 (PureJaxRL walkthrough, reference §6: fitness the mean
+               return over the whole inner run): --popsize agents x --generations; then L2 (its start) and the
+               learned loss on --eval-seeds fresh inner seeds. Both meta runs keep their folders under --out
+               (fitness.csv, fitness.png, learned.png, best_meta_params.npz).
   throughput   inner env steps/s of ONE generation program (ask -> population x seeds PPO trainings with
                the learned value loss -> tell) against a plain vmapped PPO `train` of the same number of
                trainings (popsize x seeds) and the same config, both after compilation, best of --repeats.
@@ -27,6 +29,7 @@ Benchmarks are not tests: nothing here fails on a missed goal.
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import sys
 import time
@@ -38,6 +41,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from sparqrl.algos import base, ppo  # noqa: E402
+from sparqrl.algos.ppo import objectives  # noqa: E402
 from sparqrl.envs import make_env  # noqa: E402
 from sparqrl.meta import make_strategy  # noqa: E402
 from sparqrl.meta import run as meta_run  # noqa: E402
@@ -55,45 +59,50 @@ def inner_config(steps: int, num_envs: int, num_steps: int) -> ppo.Config:
     return ppo.Config(total_timesteps=steps, num_envs=num_envs, num_steps=num_steps)
 
 
-def evolve(task: meta_tasks.MetaTask, strategy_name: str, popsize: int, seeds: int, generations: int, seed: int
-           ) -> list[tuple[float, float]]:
-    """The generation program run for `generations`; prints and returns (mean, best) fitness per generation."""
-    strategy = make_strategy(strategy_name, popsize, task.init(None), fitness_shaping="centered_rank")
-    state = strategy.init(jax.random.PRNGKey(seed), task.init(None))
+def meta_run_and_compare(args: argparse.Namespace, task_name: str, env_name: str, num_steps: int) -> None:
+    """One `sparqrl meta TASK` run (the product's own path: its folder gets fitness.csv/png, learned.png and
+    best_meta_params.npz), then the start rule (PPO-clip / L2) and the learned centre scored by the task's
+    own fitness on the same --eval-seeds fresh inner seeds, none of which the evolution saw."""
+    out = Path(args.out) / task_name
+    config = meta_run.MetaConfig(
+        task=task_name, env=env_name, popsize=args.popsize, generations=args.generations, seeds=args.inner_seeds,
+        steps=args.steps, set=(f"num_envs={args.num_envs}", f"num_steps={num_steps}"), strategy=args.strategy,
+        seed=args.seed, out=str(out), overwrite=True, progress=False, energy=False)
+    prepared = meta_run.prepare(config)
     start = time.perf_counter()
-    program = jax.jit(meta_run.generation_program(task, strategy, seeds)).lower(
-        meta_run.generation_key(seed, 0), state).compile()
-    print(f"  compiled in {time.perf_counter() - start:.1f} s")
-    history = []
-    start = time.perf_counter()
-    for g in range(generations):
-        state, out = program(meta_run.generation_key(seed, g), state)
-        m = jax.device_get(out.metrics)
-        history.append((float(m.mean_fitness), float(m.best_fitness_in_generation)))
-        print(f"  generation {g + 1:4d}: mean {m.mean_fitness:8.2f}  best {m.best_fitness_in_generation:8.2f}  "
-              f"best so far {m.best_fitness:8.2f}")
+    summary = meta_run.run_meta(prepared, meta_run.start_meta_dir(prepared), resuming=False)
     wall = time.perf_counter() - start
-    steps = task.env_steps * popsize * seeds * generations
-    print(f"  {generations} generations in {wall:.1f} s: {steps / wall:,.0f} inner env steps/s")
-    return history
+    with open(out / meta_run.FITNESS_CSV) as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        print(f"  generation {int(row['generation']):4d}: mean {float(row['mean_fitness']):8.2f}  "
+              f"best {float(row['best_fitness']):8.2f}  best so far {float(row['best_so_far']):8.2f}")
+    steps = prepared.task.env_steps * args.popsize * args.inner_seeds * args.generations
+    print(f"  {args.generations} generations in {wall:.0f} s incl. compile ({summary.get('compile_time_s', 0):.0f} s): "
+          f"{steps / wall:,.0f} inner env steps/s; pictures in {out}/fitness.png, {out}/learned.png")
+    task = prepared.task
+    learned = objectives.load_meta_params(out / objectives.META_PARAMS_FILE, task.init(None))
+    keys = jax.random.split(jax.random.PRNGKey(1_000_003 + args.seed), args.eval_seeds)
+    score = jax.jit(jax.vmap(lambda genome, key: task.fitness(genome, key)[0], in_axes=(None, 0)))
+    before, after = np.asarray(score(task.init(None), keys)), np.asarray(score(learned, keys))
+    rule = {"lpo": "PPO-clip (zero network)", "value-loss": "L2 (its initialisation)"}[task_name]
+    for name, values in ((rule, before), ("learned (evolved centre)", after)):
+        low, high = bootstrap_interval(values)
+        print(f"  held-out fitness, {args.eval_seeds} seeds, {name:26s}: {values.mean():8.2f}  95% [{low:8.2f}, {high:8.2f}]")
+    low, high = bootstrap_interval(after - before)
+    print(f"  learned - start, paired: {np.mean(after - before):+8.2f}  95% [{low:+8.2f}, {high:+8.2f}]")
 
 
 def part_lpo(args: argparse.Namespace) -> None:
     print(f"\n== LPO meta-training on {args.lpo_env}: population {args.popsize} x {args.inner_seeds} seeds, "
-          f"{args.generations} generations, {args.steps} steps per training ==")
-    env = make_env(args.lpo_env)
-    task = meta_tasks.make_lpo_task(env, inner_config(args.steps, args.num_envs, args.num_steps))
-    evolve(task, args.strategy, args.popsize, args.inner_seeds, args.generations, args.seed)
+          f"{args.generations} generations, {args.steps} steps per training (fitness: final return) ==")
+    meta_run_and_compare(args, "lpo", args.lpo_env, args.num_steps)
 
 
 def part_value_loss(args: argparse.Namespace) -> None:
     print(f"\n== Learned value loss on CartPole-v1: {args.popsize} agents x {args.inner_seeds} seeds, "
-          f"{args.generations} generations, {args.steps} steps per training ==")
-    env = make_env("CartPole-v1")
-    task = meta_tasks.make_value_loss_task(env, inner_config(args.steps, args.num_envs, 64 if args.num_steps == 128
-                                                                                     else args.num_steps))
-    history = evolve(task, args.strategy, args.popsize, args.inner_seeds, args.generations, args.seed)
-    print(f"  mean fitness: first generation {history[0][0]:.2f}, last {history[-1][0]:.2f}")
+          f"{args.generations} generations, {args.steps} steps per training (fitness: lifetime return) ==")
+    meta_run_and_compare(args, "value-loss", "CartPole-v1", 64 if args.num_steps == 128 else args.num_steps)
 
 
 def best_time(fn, *call_args, repeats: int) -> float:
@@ -184,6 +193,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--throughput-popsize", type=int, default=8, help="the goal is stated at 64")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-seeds", type=int, default=32, help="lpo, value-loss: fresh inner seeds for start vs learned")
+    p.add_argument("--out", default="runs/bench-meta", help="lpo, value-loss: the meta runs' folders (TASK/ inside)")
     p.add_argument("--dpo-vs-ppo", action="store_true", help="only the DPO vs PPO MinAtar comparison")
     p.add_argument("--seeds", type=int, default=8, help="--dpo-vs-ppo: seeds per objective and env")
     p.add_argument("--minatar-steps", type=int, default=2_000_000)
@@ -194,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.tiny:
         args.popsize, args.generations, args.steps, args.num_steps = 4, 2, 256, 32
-        args.throughput_popsize, args.repeats = 4, 1
+        args.throughput_popsize, args.repeats, args.eval_seeds = 4, 1, 4
         args.minatar_steps, args.minatar_envs, args.seeds = 2048, 8, 2
     print(f"device: {device()}")
     if args.dpo_vs_ppo:

@@ -181,6 +181,29 @@ def test_learned_value_loss_starts_at_l2():
     assert abs(float(obj.learned_value_loss(other, pred, target)) - float(l2(pred))) > 1e-3
 
 
+@pytest.mark.parametrize("rule", ["lpo", "value-loss"])
+def test_learned_rule_start_gives_an_evolution_strategy_a_first_order_signal(rule):
+    """A perturbation of the start and its mirror (antithetic sampling, OpenES's sigma 0.04) change the rule
+    by opposite amounts: the start is not a saddle where both give the same network (all-zero weights)."""
+    log_prob, old_log_prob, adv = _batch(5)
+    r = jnp.exp(log_prob - old_log_prob)
+    target = jnp.asarray(np.random.default_rng(3).normal(0, 2, N).astype(np.float32))
+    if rule == "lpo":
+        start = obj.lpo_init()
+        rule_at = lambda p: obj.lpo_drift(p, r, adv, 0.2) - obj.ppo_clip_drift(r, adv, 0.2)  # noqa: E731
+    else:
+        start = obj.value_loss_init()
+        rule_at = lambda p: jax.grad(obj.learned_value_loss, argnums=1)(p, r, target) - jax.grad(  # noqa: E731
+            obj.l2_value_loss)(r, target)
+    np.testing.assert_array_equal(np.asarray(rule_at(start)), 0.0)
+    keys = jax.random.split(jax.random.key(11), len(jax.tree.leaves(start)))
+    eps = jax.tree.unflatten(jax.tree.structure(start),
+                             [0.04 * jax.random.normal(k, x.shape) for k, x in zip(keys, jax.tree.leaves(start))])
+    plus = np.asarray(rule_at(jax.tree.map(jnp.add, start, eps)))
+    minus = np.asarray(rule_at(jax.tree.map(jnp.subtract, start, eps)))
+    assert np.abs(plus).max() > 1e-3 and np.abs(plus - minus).max() > 1e-3, (np.abs(plus).max(), np.abs(plus - minus).max())
+
+
 # ---------------------------------------------------------------------------------------- npz files
 
 
@@ -199,7 +222,7 @@ def test_meta_params_round_trip(tmp_path):
     value_params = obj.ValueLossParams(*(x + 1.0 for x in obj.value_loss_init()))
     assert obj.save_meta_params(run_dir, value_params).endswith(obj.META_PARAMS_FILE)
     loaded = obj.load_meta_params(run_dir, obj.value_loss_init())
-    np.testing.assert_array_equal(np.asarray(loaded.w2), np.ones((64, 64)))
+    np.testing.assert_array_equal(np.asarray(loaded.w2), np.asarray(value_params.w2))
 
 
 def test_meta_params_file_errors(tmp_path):

@@ -14,7 +14,7 @@ jittable, so a whole generation (ask → vmapped inner trainings → tell) is on
 many generations can run in `lax.scan`:
 
     strategy = make_strategy("open_es", popsize=64, solution=lpo_init())
-    state = strategy.init(key)                          # zero-mean start (the PPO-clip start for LPO)
+    state = strategy.init(key, lpo_init())              # centred on the PPO-clip start
     state, out = jax.jit(partial(strategy.generation, fitness_fn))(key, state)
 """
 
@@ -223,8 +223,8 @@ class Strategy:
         return isinstance(self.algorithm, PopulationBasedAlgorithm)
 
     def init(self, key: jax.Array, mean: PyTree | None = None) -> Any:
-        """The initial state, centred on `mean` (default: zeros, the reference's zero-mean start,
-        which is the PPO-clip start for `lpo_init` and the L2 start for `value_loss_init`).
+        """The initial state, centred on `mean` (default: zeros, the reference's zero-mean start; the meta
+        tasks pass their own start, e.g. `lpo_init()`, the PPO-clip start).
 
         SimpleGA keeps a population, not a mean: it starts as P copies of `mean`, not yet evaluated.
         """

@@ -17,7 +17,8 @@ the policy only enters through log π_θ(a|s).
 Meta-parameters (LPO drift network, learned value loss) are plain pytrees of float32 arrays, so an
 evolution strategy can ravel them into one flat vector (`jax.flatten_util.ravel_pytree`), and a
 vmapped population of them is just a leading axis on every leaf. Both start at the hand-written rule
-they replace: the all-zero LPO network is PPO-clip's drift, the all-zero value-loss network is L2.
+they replace: a network whose output layer is zero is PPO-clip's drift (LPO) or L2 (value loss), and
+the starts (`lpo_init`, `value_loss_init`) are such networks with random hidden layers.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ LPO_DEAD_ZONE = 1e-4
 
 VALUE_LOSS_HIDDEN = 64
 """Width of both hidden layers of the learned value loss (reference §6: 64 → tanh → 64 → tanh → 1)."""
+
+START_SEED = 0
+"""The learned rules' fixed starts draw their hidden layers from PRNGKey(START_SEED) (`lpo_init`, `value_loss_init`)."""
 
 META_PARAMS_FILE = "best_meta_params.npz"
 """File name a meta run writes its best meta-parameters to; `load_meta_params(DIR, ...)` reads it."""
@@ -131,17 +135,26 @@ class LPOParams(NamedTuple):
     out: jax.Array  # [H]
 
 
-def lpo_init(key: jax.Array | None = None, hidden: int = LPO_HIDDEN) -> LPOParams:
-    """The PPO-clip start of LPO: all-zero weights, for which `lpo_drift` is `ppo_clip_drift` exactly.
+def _start_layer(index: int, shape: tuple[int, ...]) -> jax.Array:
+    """A hidden layer of a learned rule's fixed start: LeCun normal (std 1/sqrt(fan_in)), from START_SEED."""
+    key = jax.random.fold_in(jax.random.PRNGKey(START_SEED), index)
+    return jax.random.normal(key, shape, jnp.float32) / np.sqrt(shape[0])
 
-    `key` is accepted for the meta-task protocol `init(key) -> genome` and not used: the start is
-    deterministic, the evolution strategy supplies the randomness.
+
+def lpo_init(key: jax.Array | None = None, hidden: int = LPO_HIDDEN) -> LPOParams:
+    """The PPO-clip start of LPO: a random hidden layer and a zero output layer, for which the network is
+    0 everywhere and `lpo_drift` is `ppo_clip_drift` exactly (value and gradient).
+
+    Not all zero: at zero weights the two layers' product is a saddle, where a perturbation and its
+    mirror (antithetic sampling) give the same network, and the network's change (second order in the
+    search's sigma) stays inside the 1e-4 dead zone, so an evolution strategy would get no signal at all.
+    With only the output layer at zero, a perturbation changes the drift to first order.
+
+    `key` is accepted for the meta-task protocol `init(key) -> genome` and not used: the start is fixed
+    (START_SEED); the evolution strategy supplies the randomness.
     """
     del key
-    return LPOParams(
-        hidden=jnp.zeros((LPO_NUM_FEATURES, hidden), jnp.float32),
-        out=jnp.zeros((hidden,), jnp.float32),
-    )
+    return LPOParams(hidden=_start_layer(0, (LPO_NUM_FEATURES, hidden)), out=jnp.zeros((hidden,), jnp.float32))
 
 
 def lpo_features(r: jax.Array, advantages: jax.Array) -> jax.Array:
@@ -231,11 +244,14 @@ class ValueLossParams(NamedTuple):
 
 
 def value_loss_init(key: jax.Array | None = None, hidden: int = VALUE_LOSS_HIDDEN) -> ValueLossParams:
-    """The L2 start of the learned value loss: all-zero weights, for which `learned_value_loss` is
-    `l2_value_loss` exactly. `key` is unused (protocol `init(key) -> genome`; the start is fixed)."""
+    """The L2 start of the learned value loss: random hidden layers (zero biases) and a zero output layer,
+    for which net(d) = 0 and `learned_value_loss` is `l2_value_loss` exactly. Not all zero, for the
+    reason `lpo_init` gives: the network's change would be third order in the search's sigma. `key` is
+    unused (protocol `init(key) -> genome`; the start is fixed, START_SEED)."""
     del key
-    shapes = ValueLossParams(w1=(1, hidden), b1=(hidden,), w2=(hidden, hidden), b2=(hidden,), w3=(hidden, 1), b3=(1,))
-    return ValueLossParams(*(jnp.zeros(shape, jnp.float32) for shape in shapes))
+    zeros = lambda *shape: jnp.zeros(shape, jnp.float32)  # noqa: E731
+    return ValueLossParams(w1=_start_layer(1, (1, hidden)), b1=zeros(hidden), w2=_start_layer(2, (hidden, hidden)),
+                           b2=zeros(hidden), w3=zeros(hidden, 1), b3=zeros(1))
 
 
 def value_loss_network(meta_params: ValueLossParams, d: jax.Array) -> jax.Array:
@@ -251,8 +267,8 @@ def learned_value_loss(meta_params: ValueLossParams, pred: jax.Array, target: ja
 
         L = mean( 0.5·d² + net(d) ),   d = v − t
 
-    The reference's loss is mean(net(d)) from a random start; adding 0.5·d² makes the all-zero
-    network (`value_loss_init`) exactly L2 in value and gradient, so evolution starts from the loss
+    The reference's loss is mean(net(d)) from a random start; adding 0.5·d² makes a network with a
+    zero output layer (`value_loss_init`) exactly L2 in value and gradient, so evolution starts from the loss
     PPO uses and the network learns a correction. It replaces the clipped loss (no v_old).
 
     Args:
