@@ -24,7 +24,7 @@ from sparqrl.algos import ALGORITHMS, get_algorithm
 
 C = TypeVar("C")
 
-USAGE = f"""usage: sparqrl COMMAND ...
+USAGE = f"""usage: sparqrl COMMAND ...   (sparqrl --version: the version)
 
 commands:
   train ALGO [options]    train an agent; ALGO is one of: {', '.join(ALGORITHMS)}
@@ -140,6 +140,15 @@ def _take(argv: list[str], flag: str, *, repeat: bool = False) -> tuple[list[str
     return values, rest
 
 
+def wants_help(argv: list[str]) -> bool:
+    return bool(argv) and argv[0] in ("-h", "--help")
+
+
+def algo_usage(command: str) -> str:
+    return (f"usage: sparqrl {command} ALGO [options]\n\nALGO is one of: {', '.join(ALGORITHMS)}\n"
+            f"`sparqrl {command} ALGO --help` documents every option and config field of ALGO.")
+
+
 def _algo(argv: list[str]) -> tuple[str, list[str]]:
     cfg.require(bool(argv) and not argv[0].startswith("-"), "ALGO", argv[0] if argv else "",
                 f"must be one of {', '.join(ALGORITHMS)}")
@@ -173,6 +182,9 @@ def load_config(algo_name: str, path: str) -> tuple[RunConfig, Any]:
 def _train(argv: list[str]) -> int:
     from sparqrl import runners, signals
 
+    if wants_help(argv):
+        print(algo_usage("train"))
+        return 0
     if "--resume" in argv:
         summary = _resume(argv)
     else:
@@ -192,6 +204,9 @@ def _sweep(argv: list[str]) -> int:
     from sparqrl.envs import is_host_env
     from sparqrl.runners.sweep import make_settings
 
+    if wants_help(argv):
+        print(algo_usage("sweep"))
+        return 0
     if "--resume" in argv:
         summary = _resume(argv)
     else:
@@ -269,9 +284,14 @@ def _meta(argv: list[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"train": _train, "sweep": _sweep, "eval": _eval, "meta": _meta}
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv or wants_help(argv):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from sparqrl import __version__
+
+        print(f"sparqrl {__version__}")
+        return 0
     if argv[0] not in commands:
         print(f"sparqrl: error: unknown command {argv[0]!r}; use one of: {', '.join(commands)}", file=sys.stderr)
         return 2

@@ -27,4 +27,9 @@ def main() -> None:
     devices.spread_seeds(sys.argv[1:])  # before JAX is imported
     from sparqrl.cli import main as cli_main
 
-    exit_with(cli_main())
+    try:
+        code = cli_main()
+    except BrokenPipeError:  # `sparqrl --help | head`: the reader left; no traceback, as a killed C tool
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's final flush
+        code = 141  # 128 + SIGPIPE
+    exit_with(code)

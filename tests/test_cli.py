@@ -165,6 +165,24 @@ def test_usage_and_unknown_command(capsys):
     assert run_cli(capsys, "--help")[0] == 0
     code, _, err = run_cli(capsys, "fly")
     assert code == 2 and "unknown command" in err
+    import sparqrl
+
+    assert run_cli(capsys, "--version")[:2] == (0, f"sparqrl {sparqrl.__version__}\n")
+    for command in ("train", "sweep"):
+        code, out, _ = run_cli(capsys, command, "--help")
+        assert code == 0 and "ppo, dqn, td3, sac" in out and f"sparqrl {command} ALGO --help" in out
+
+
+def test_a_closed_output_pipe_is_not_a_traceback():
+    """`sparqrl train ppo --help | head -1`: the reader leaves early; exit 141 (SIGPIPE's), nothing on stderr."""
+    import subprocess
+    import sys
+
+    program = "import sys; sys.argv = ['sparqrl', 'train', 'ppo', '--help']; from sparqrl.entry import main; main()"
+    proc = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait() == 141 and err == b"", err[-2000:]
 
 
 def test_a_damaged_manifest_never_reaches_outside_the_run_folder(tmp_path, unstarted_run):
