@@ -186,7 +186,7 @@ def test_run_summary_has_the_energy_of_all_its_sessions(tmp_path):
     run = RunConfig(out=str(out), seeds=1, chunks=4, checkpoint_every=1, eval_every=0, eval_episodes=2,
                     progress=False, country="FRA")
 
-    def interrupt(done):
+    def interrupt(done, metrics):
         if done == 2:
             raise KeyboardInterrupt
 

@@ -90,7 +90,7 @@ def test_overwrite_replaces_only_a_run_and_only_its_files(tmp_path):
 
 
 def _interrupt_at(chunk):
-    def hook(done):
+    def hook(done, metrics):
         if done == chunk:
             raise KeyboardInterrupt
 

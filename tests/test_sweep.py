@@ -94,7 +94,7 @@ def test_interrupted_sweep_resumes_to_the_same_end(tmp_path):
     settings = [{"lr": lr} for lr in LRS]
     whole = train("ppo", PPO, small_run(tmp_path / "whole", seeds=1), settings=settings)
 
-    def stop_at_2(done):
+    def stop_at_2(done, metrics):
         if done == 2:
             raise KeyboardInterrupt
 

@@ -27,7 +27,7 @@ def train(algo_name: str, algo_config: Any, run: RunConfig, **kwargs: Any) -> di
     """Train from scratch; returns the summary (also written to `run.out/summary.json`)."""
     use_compile_cache(run.compile_cache)
     if is_host_env(run.env):
-        return _host_runner().train(algo_name, algo_config, run)
+        return _host_runner().train(algo_name, algo_config, run, **kwargs)
     return anakin.train(algo_name, algo_config, run, **kwargs)
 
 
@@ -43,7 +43,7 @@ def resume(out_dir: str | Path, progress: bool | None = None, **kwargs: Any) -> 
         return finished_summary(rundir)
     use_compile_cache(run.compile_cache)
     if is_host_env(run.env):
-        return _host_runner().resume(rundir, algo_name, algo_config, run)
+        return _host_runner().resume(rundir, algo_name, algo_config, run, **kwargs)
     return anakin.resume(rundir, algo_name, algo_config, run, **kwargs)
 
 

@@ -33,7 +33,7 @@ from sparqrl.runners.programs import Program, build_program
 from sparqrl.runners.rundir import RunDir, open_run_dir, saved_sweep, start_run_dir
 from sparqrl.runners import sweep
 from sparqrl.runners.run_config import RunConfig
-from sparqrl.runners.session import (check_memory, chunk_bounds, eval_summary, program_store, run_session,
+from sparqrl.runners.session import (ChunkHook, check_memory, chunk_bounds, eval_summary, program_store, run_session,
                                      saved_state)
 
 
@@ -266,7 +266,7 @@ def make_driver(algo_name: str, module: Any, algo_config: Any, env: Env, run: Ru
 
 
 def train(algo_name: str, algo_config: Any, run: RunConfig, *, settings: list[dict[str, float]] | None = None,
-          on_chunk: Callable[[int], None] | None = None) -> dict:
+          on_chunk: ChunkHook | None = None) -> dict:
     """Train from scratch (every setting of a sweep x run.seeds); returns the summary (also written to
     `run.out/summary.json`)."""
     module, algo_config, env = prepare(algo_name, algo_config, run)
@@ -279,7 +279,7 @@ def train(algo_name: str, algo_config: Any, run: RunConfig, *, settings: list[di
 
 
 def resume(rundir: RunDir, algo_name: str, algo_config: Any, run: RunConfig, *,
-           on_chunk: Callable[[int], None] | None = None) -> dict:
+           on_chunk: ChunkHook | None = None) -> dict:
     """Continue the run in `rundir` from its newest intact checkpoint, with its saved configuration."""
     module, algo_config, env = prepare(algo_name, algo_config, run)
     driver = make_driver(algo_name, module, algo_config, env, run, saved_sweep(rundir.path))

@@ -38,7 +38,7 @@ from sparqrl.runners.actors import ActorSpec, Fragment, make_pool, network_paths
 from sparqrl.runners.rundir import RunDir, start_run_dir
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.signals import StopRequests
-from sparqrl.runners.session import check_memory, chunk_bounds, eval_summary, run_session, saved_state
+from sparqrl.runners.session import ChunkHook, check_memory, chunk_bounds, eval_summary, run_session, saved_state
 
 
 class Prepared:
@@ -67,16 +67,17 @@ class Prepared:
         self.paths = network_paths(self.al.acting, one, self.spec.observation_shape)
 
 
-def train(algo_name: str, algo_config: Any, run: RunConfig) -> dict:
+def train(algo_name: str, algo_config: Any, run: RunConfig, *, on_chunk: ChunkHook | None = None) -> dict:
     """Train from scratch on a host environment; returns the summary (also in `run.out/summary.json`)."""
     prepared = Prepared(algo_name, algo_config, run)
     rundir = start_run_dir(algo_name, prepared.config, run)
-    return _run(prepared, algo_name, run, rundir, resuming=False)
+    return _run(prepared, algo_name, run, rundir, resuming=False, on_chunk=on_chunk)
 
 
-def resume(rundir: RunDir, algo_name: str, algo_config: Any, run: RunConfig) -> dict:
+def resume(rundir: RunDir, algo_name: str, algo_config: Any, run: RunConfig, *,
+           on_chunk: ChunkHook | None = None) -> dict:
     """Continue the run in `rundir` from its newest intact checkpoint (fresh host episodes)."""
-    return _run(Prepared(algo_name, algo_config, run), algo_name, run, rundir, resuming=True)
+    return _run(Prepared(algo_name, algo_config, run), algo_name, run, rundir, resuming=True, on_chunk=on_chunk)
 
 
 def _learn_fragment(al: ActorLearner):
@@ -93,11 +94,13 @@ def _learn_fragment(al: ActorLearner):
     return learn
 
 
-def _run(p: Prepared, algo_name: str, run: RunConfig, rundir: RunDir, *, resuming: bool) -> dict:
+def _run(p: Prepared, algo_name: str, run: RunConfig, rundir: RunDir, *, resuming: bool,
+         on_chunk: ChunkHook | None) -> dict:
     """One session of a run (fresh or resumed). Ray, when used, starts first: before the session's own
     threads (energy meter, logger, checkpointer, XLA's compiler); see `ray_session`."""
     with ray_session(run.ray_address, run.actors) if run.resolved_backend == "ray" else contextlib.nullcontext():
-        return run_session(rundir, run, algo_name, SebulbaDriver(p, algo_name, run), resuming=resuming)
+        return run_session(rundir, run, algo_name, SebulbaDriver(p, algo_name, run), resuming=resuming,
+                           on_chunk=on_chunk)
 
 
 TIMERS = ("startup_s", "actor_busy_s", "learner_s", "publish_s", "wait_s")

@@ -48,6 +48,11 @@ class RunFailed(Exception):
     that says what happened and what the folder still holds."""
 
 
+ChunkHook = Callable[[int, dict[str, Any]], None]
+"""Called after each logged chunk with (chunks done, {"env_step": per seed so far, metric: [members]}); the
+chunk is already in metrics.csv, so raising KeyboardInterrupt there stops the run with a checkpoint."""
+
+
 class Driver(Protocol):
     """What a runner supplies to the session (state leaves carry a leading seed axis)."""
 
@@ -157,7 +162,7 @@ def eval_summary(run: RunConfig, episodes: int, per_seed: np.ndarray) -> dict[st
 
 
 def run_session(rundir: RunDir, run: RunConfig, algo_name: str, driver: Driver, *, resuming: bool,
-                on_chunk: Callable[[int], None] | None = None) -> dict:
+                on_chunk: ChunkHook | None = None) -> dict:
     """Run one session to the end of the run and return the summary (also written to summary.json)."""
     out = rundir.path
     stop = StopRequests()  # from the start: Ctrl-C during set-up or compilation ends in one line too
@@ -208,7 +213,7 @@ def _failed_write(out: Path, error: OSError, session: "_Session | None") -> str:
 
 class _Session:
     def __init__(self, rundir: RunDir, run: RunConfig, algo_name: str, driver: Driver, stop: StopRequests,
-                 on_chunk: Callable[[int], None] | None):
+                 on_chunk: ChunkHook | None):
         self.rundir, self.run, self.algo_name, self.driver, self.stop = rundir, run, algo_name, driver, stop
         self.on_chunk = on_chunk
         self.meter = EnergyMeter(rundir.path, run.country, run.energy)
@@ -326,7 +331,7 @@ class _Session:
                 if is_last or (due and time.perf_counter() - self.last_save >= run.checkpoint_interval_s):
                     self._save_checked(chunk, state)
                 if self.on_chunk is not None:
-                    self.on_chunk(chunk + 1)
+                    self.on_chunk(chunk + 1, {"env_step": env_step, **per_seed})
         if eval_returns is None:  # resumed after the last checkpoint, before the summary was written
             eval_returns = driver.evaluate(state)
         return self._finish(eval_returns, steps_per_seed)

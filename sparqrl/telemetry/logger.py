@@ -74,3 +74,23 @@ class RunLogger:
 def _fmt(value: float) -> str:
     value = float(value)
     return "" if math.isnan(value) else f"{value:.6g}"
+
+
+def read_metrics(csv_path: Path) -> dict[str, np.ndarray]:
+    """metrics.csv as arrays: chunk, env_step, wall_time_s [chunks]; every other column [chunks, seeds]
+    (NaN where empty). {} when the file does not exist yet."""
+    if not csv_path.exists():
+        return {}
+    with csv_path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return {}
+    seeds = 1 + max(int(row["seed"]) for row in rows)
+    chunks = len(rows) // seeds
+    out: dict[str, np.ndarray] = {}
+    for name in rows[0]:
+        if name != "seed":
+            values = np.array([float(row[name] or "nan") for row in rows[: chunks * seeds]]).reshape(chunks, seeds)
+            out[name] = values[:, 0] if name in ("chunk", "env_step", "wall_time_s") else values
+    out["chunk"], out["env_step"] = out["chunk"].astype(np.int64), out["env_step"].astype(np.int64)
+    return out

@@ -1,0 +1,205 @@
+"""The Python API: train, load a trained policy, act with it.
+
+    import sparqrl
+
+    run = sparqrl.train("ppo", "CartPole-v1", steps=100_000, seeds=4, out="runs/cartpole", lr=3e-4)
+    run.summary["final_return_mean"], run.metrics["eval_return"]    # summary.json; per chunk [chunks, seeds]
+    agent = sparqrl.load("runs/cartpole")                          # any run: on-device or gym:NAME
+    agent.act(obs)                                                 # one observation or a batch [B, *obs_shape]
+    agent.evaluate(episodes=20)                                    # deterministic returns per seed
+
+`train` is the CLI's `sparqrl train` (same run folder, checkpoints, resume), with keyword arguments for
+the run's options (`RunConfig`: seed, chunks, eval_every, energy, ...) and the algorithm's config fields
+(`sparqrl train ALGO --help` lists them). `load` restores the newest intact checkpoint; it never starts
+Ray nor compiles the training program (only the small acting function, on first use).
+
+Bad input raises `sparqrl.config.ConfigError` (one line naming the field, value and what is allowed)
+before anything is written or compiled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from sparqrl import config as cfg
+from sparqrl.algos import ALGORITHMS, get_algorithm
+from sparqrl.runners.run_config import RunConfig
+from sparqrl.telemetry.logger import read_metrics
+
+Callback = Callable[[dict[str, Any]], Any]
+"""Called after each chunk with {"chunk", "env_step" (per seed so far), metric: [seeds] array}; returning
+False stops the run after that chunk with a checkpoint (`train(..., resume=True)` goes on)."""
+
+
+class _StopRequested(KeyboardInterrupt):
+    """The callback returned False: the session saves a checkpoint as on Ctrl-C."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A finished (or callback-stopped) training run."""
+
+    path: Path
+    """The run folder (summary.json, metrics.csv, TensorBoard, checkpoint/, config.json)."""
+    summary: dict[str, Any]
+    """summary.json's content; empty when the callback stopped the run."""
+    metrics: dict[str, np.ndarray]
+    """metrics.csv as arrays (its 6 significant digits): chunk, env_step, wall_time_s [chunks]; every metric
+    [chunks, seeds] (NaN where a seed had no value in a chunk, e.g. eval_return between evaluations)."""
+    stopped: bool = False
+    """True when the callback stopped the run before its end."""
+
+    def load(self) -> "Agent":
+        return load(self.path)
+
+
+def _split_options(algo: str, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Keyword arguments -> (RunConfig fields, algorithm Config fields); an unknown name is an error."""
+    run_fields = {f.name for f in dataclasses.fields(RunConfig)}
+    algo_fields = {f.name for f in dataclasses.fields(get_algorithm(algo).Config)}
+    for name in options:
+        if name not in run_fields and name not in algo_fields:
+            cfg.fail(name, options[name], f"must be a run option (RunConfig) or a field of {algo}'s config"
+                                          f"{cfg.close_matches(name, sorted(run_fields | algo_fields))}")
+    return ({k: v for k, v in options.items() if k in run_fields and k not in algo_fields},
+            {k: v for k, v in options.items() if k in algo_fields})
+
+
+def _strings(values: dict[str, Any]) -> dict[str, str]:
+    return {k: str(v) for k, v in values.items()}
+
+
+def train(algo: str, env: str, *, steps: int, seeds: int = 1, out: str | Path | None = None, overwrite: bool = False,
+          resume: bool = False, callback: Callback | None = None, progress: bool = False,
+          **options: Any) -> Run:
+    """Train `algo` (ppo, dqn, td3, sac) on `env` (a gymnax id, brax:NAME or gym:NAME) for `steps` env steps
+    per seed, `seeds` seeds side by side.
+
+    out: the run folder (default: a new temporary folder). overwrite: replace a sparqrl run already there.
+    resume: continue the run in `out` from its checkpoint, with its saved config (the other arguments but
+    `callback` and `progress` are not used).
+    callback: see `Callback`. progress: show the progress bar. options: `RunConfig` fields (seed, chunks,
+    eval_every, eval_episodes, energy, ...) and `algo`'s config fields (lr, num_envs, hidden, ...).
+    """
+    from sparqrl import runners
+
+    cfg.one_of("algo", algo, ALGORITHMS)
+    run_options, algo_options = _split_options(algo, options)
+    if out is None:
+        cfg.require(not resume, "resume", resume, "needs out=, the folder of the run to continue")
+        out = tempfile.mkdtemp(prefix=f"sparqrl-{algo}-")
+        overwrite = True  # the empty folder just made
+    # the CLI's conversions and checks, from the values' string forms (3e-4, (64, 64), True, None)
+    run = cfg.override(RunConfig(), _strings(
+        {**run_options, "env": env, "seeds": seeds, "out": out, "overwrite": overwrite, "progress": progress}))
+    config = cfg.override(get_algorithm(algo).Config(), _strings({**algo_options, "total_timesteps": steps}))
+
+    def on_chunk(chunks: int, metrics: dict[str, Any]) -> None:
+        if callback is not None and callback({"chunk": chunks, **metrics}) is False:
+            raise _StopRequested
+
+    try:
+        if resume:
+            summary = runners.resume(out, progress=progress, on_chunk=on_chunk)
+        else:
+            summary = runners.train(algo, config, run, on_chunk=on_chunk)
+    except runners.RunInterrupted:
+        if callback is None:
+            raise
+        summary, stopped = {}, True  # our _StopRequested (a real Ctrl-C in a callback run stops alike)
+    else:
+        stopped = False
+    path = Path(out)
+    return Run(path=path, summary=summary, metrics=read_metrics(path / "metrics.csv"), stopped=stopped)
+
+
+class Agent:
+    """A trained policy: `act` on NumPy observations, `evaluate` in the run's environment.
+
+    algo, env, config, run: the run's algorithm name, environment, algorithm config and `RunConfig`;
+    seeds: how many trained policies the run holds (one per seed; a sweep's: settings x seeds).
+    """
+
+    def __init__(self, path: Path, algo: str, config: Any, run: RunConfig, obs_shape: tuple[int, ...],
+                 params: Any, act_one: Callable[[Any, Any], Any]):
+        self.path, self.algo, self.config, self.run = path, algo, config, run
+        self.env, self.obs_shape = run.env, obs_shape
+        self._params, self._act_one = params, act_one
+        self.seeds = int(np.shape(next(iter(_leaves(params))))[0])
+        self._act: dict[bool, Callable] = {}
+
+    def __repr__(self) -> str:
+        return f"Agent({self.algo} on {self.env}, {self.seeds} seed(s), from {self.path})"
+
+    def act(self, obs: Any, seed: int = 0, deterministic: bool = True) -> np.ndarray:
+        """The action of seed `seed`'s policy for one observation [*obs_shape] or a batch [B, *obs_shape].
+
+        deterministic: the greedy / mean action, the one evaluation uses. Sampling is not offered yet: it
+        needs each algorithm's exploration (epsilon, Gaussian noise, the policy's distribution).
+        """
+        import jax
+
+        cfg.require(deterministic is True, "deterministic", deterministic,
+                    "only True is supported (the greedy / mean action)")
+        cfg.require(isinstance(seed, int) and 0 <= seed < self.seeds, "seed", seed,
+                    f"must be an integer in [0, {self.seeds}) (the run's trained policies)")
+        obs = np.asarray(obs, np.float32)
+        batched = obs.shape[1:] == self.obs_shape
+        cfg.require(obs.shape == self.obs_shape or batched, "obs", f"shape {obs.shape}",
+                    f"must be {self.obs_shape} or [batch, *{self.obs_shape}]")
+        if batched not in self._act:
+            one = self._act_one
+            self._act[batched] = jax.jit(jax.vmap(one, in_axes=(None, 0)) if batched else one)
+        params = jax.tree.map(lambda x: x[seed], self._params)
+        return np.asarray(self._act[batched](params, obs))
+
+    def evaluate(self, episodes: int = 10, seed: int | None = None) -> dict[str, Any]:
+        """Deterministic episodes per trained policy in the run's environment, as `sparqrl eval`:
+        {"return_mean", "return_std", "return_per_seed", ...}."""
+        from sparqrl import runners
+
+        return runners.evaluate_saved(self.path, episodes, seed)
+
+
+def _leaves(tree: Any) -> list[Any]:
+    import jax
+
+    return jax.tree.leaves(tree)
+
+
+def load(run_dir: str | Path) -> Agent:
+    """The trained policies of the run in `run_dir` (its newest intact checkpoint), for `act` and `evaluate`."""
+    import jax
+
+    from sparqrl.envs import is_host_env
+    from sparqrl.runners.rundir import open_run_dir
+
+    rundir, algo_name, algo_config, run = open_run_dir(run_dir, "run_dir")
+    if is_host_env(run.env):
+        from sparqrl.algos.base import forward
+        from sparqrl.envs import host_spec
+        from sparqrl.runners import sebulba
+        from sparqrl.runners.session import saved_state
+
+        prepared = sebulba.Prepared(algo_name, algo_config, run)
+        params = prepared.policy_fn(saved_state(rundir, prepared.learner_shape))
+        acting, obs_shape = prepared.al.acting, tuple(host_spec(run.env).observation_shape)
+
+        def act_one(p: Any, obs: Any) -> Any:
+            return acting.to_env(acting.greedy(forward(acting, p, obs, len(obs_shape))))
+
+        return Agent(Path(run_dir), algo_name, prepared.config, run, obs_shape, params, act_one)
+
+    from sparqrl.runners.anakin import load_state
+
+    algo_name, algo_config, run, env, driver, state = load_state(run_dir)
+    algo = driver.algo
+    params = jax.vmap(algo.policy)(state)
+    key = jax.random.PRNGKey(0)  # the deterministic action ignores it
+    return Agent(Path(run_dir), algo_name, algo_config, run, tuple(env.observation_shape), params,
+                 lambda p, obs: algo.act(p, obs, key))

@@ -1,0 +1,102 @@
+"""The Python API (`sparqrl.train`, `sparqrl.load`, `Agent.act` / `evaluate`): the same runs as the CLI's,
+acting equal to the library's own deterministic policy, a callback that stops a run cleanly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import sparqrl
+from sparqrl import runners
+from sparqrl.config import ConfigError
+
+TINY = dict(steps=4 * 512, chunks=4, num_steps=32, energy=False, eval_episodes=2)
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory):
+    seen = []
+    run = sparqrl.train("ppo", "CartPole-v1", seeds=2, out=tmp_path_factory.mktemp("api") / "ppo",
+                        callback=lambda metrics: seen.append(metrics), lr=1e-3, hidden=(32, 32), **TINY)
+    return run, seen
+
+
+def test_train_returns_summary_curves_and_calls_back_per_chunk(ppo_run):
+    run, seen = ppo_run
+    assert not run.stopped and run.summary == json.loads((run.path / "summary.json").read_text())
+    assert run.summary["seeds"] == 2 and run.summary["steps"] == 4 * 512
+    assert list(run.metrics["chunk"]) == [1, 2, 3, 4] and list(run.metrics["env_step"]) == [512, 1024, 1536, 2048]
+    assert run.metrics["episode_return"].shape == (4, 2)
+    np.testing.assert_allclose(run.metrics["eval_return"][-1], run.summary["final_return_per_seed"], rtol=1e-5)
+    assert [m["chunk"] for m in seen] == [1, 2, 3, 4] and seen[-1]["env_step"] == 2048
+    np.testing.assert_allclose(seen[1]["episode_return"], run.metrics["episode_return"][1], rtol=1e-5)
+    config = json.loads((run.path / "config.json").read_text())["config"]
+    assert config["lr"] == 1e-3 and config["hidden"] == [32, 32]
+
+
+def test_load_acts_as_the_librarys_deterministic_policy(ppo_run):
+    run, _ = ppo_run
+    agent = sparqrl.load(run.path)
+    assert agent.algo == "ppo" and agent.env == "CartPole-v1" and agent.seeds == 2 and agent.obs_shape == (4,)
+    _, _, _, _, driver, state = runners.anakin.load_state(run.path)
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    for seed in range(2):
+        policy = driver.algo.policy(jax.tree.map(lambda x: x[seed], state))
+        expected = [int(driver.algo.act(policy, o, jax.random.PRNGKey(1))) for o in obs]
+        np.testing.assert_array_equal(agent.act(obs, seed=seed), expected)  # a batch
+        assert int(agent.act(obs[3], seed=seed)) == expected[3]  # one observation
+    assert agent.evaluate(episodes=2) == runners.evaluate_saved(run.path, 2)
+
+
+def test_a_callback_returning_false_stops_with_a_checkpoint_and_resume_finishes(ppo_run, tmp_path):
+    run, _ = ppo_run
+    out = tmp_path / "cut"
+    options = dict(seeds=2, lr=1e-3, hidden=(32, 32), **TINY)
+    stopped = sparqrl.train("ppo", "CartPole-v1", out=out, callback=lambda m: m["chunk"] < 2, **options)
+    assert stopped.stopped and stopped.summary == {} and list(stopped.metrics["chunk"]) == [1, 2]
+    assert (out / "checkpoint").is_dir() and not (out / "summary.json").exists()
+    done = sparqrl.train("ppo", "CartPole-v1", out=out, resume=True, **options)
+    assert not done.stopped and done.summary["final_return_per_seed"] == run.summary["final_return_per_seed"]
+    np.testing.assert_array_equal(done.metrics["episode_return"], run.metrics["episode_return"])
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda: sparqrl.train("ppo", "CartPole-v1", steps=512, lrr=1e-3), "lrr=0.001 is not allowed: must be a run option"),
+    (lambda: sparqrl.train("pp0", "CartPole-v1", steps=512), "algo='pp0'"),
+    (lambda: sparqrl.train("ppo", "CartPole-v1", steps=512, num_envs=2.5), "num_envs"),
+    (lambda: sparqrl.train("ppo", "CartPole-v1", steps=512, resume=True), "needs out="),
+    (lambda: sparqrl.load("/no/such/run"), "run_dir"),
+])
+def test_bad_input_is_a_config_error(call, words):
+    with pytest.raises(ConfigError, match=words):
+        call()
+
+
+def test_act_checks_its_input(ppo_run):
+    agent = sparqrl.load(ppo_run[0].path)
+    for kwargs, words in (({"obs": np.zeros(5)}, "obs"), ({"obs": np.zeros(4), "seed": 2}, "seed=2"),
+                          ({"obs": np.zeros(4), "deterministic": False}, "deterministic")):
+        with pytest.raises(ConfigError, match=words):
+            agent.act(**kwargs)
+
+
+def test_import_sparqrl_loads_no_jax():
+    code = "import sys, sparqrl; print('jax' in sys.modules, sparqrl.__version__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", sparqrl.__version__]
+
+
+def test_load_a_host_run_acts_without_ray(tmp_path):
+    """A gym: run (actor-learner) loads and acts in this process; Ray is not imported."""
+    run = sparqrl.train("dqn", "gym:CartPole-v1", steps=600, out=tmp_path / "host", seeds=1, energy=False,
+                        learning_starts=200, batch_size=32, hidden=(32, 32), fragment_steps=4,
+                        chunks=2, eval_episodes=1)
+    code = (f"import sys, numpy as np, sparqrl; a = sparqrl.load({str(run.path)!r}); "
+            "print(a.act(np.zeros(4)), a.act(np.zeros((3, 4))).shape, 'ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] in ("0", "1") and out[1:] == ["(3,)", "False"], out
