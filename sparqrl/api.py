@@ -130,7 +130,7 @@ class Agent:
         self.path, self.algo, self.config, self.run = path, algo, config, run
         self.env, self.obs_shape = run.env, obs_shape
         self._params, self._act_one = params, act_one
-        self.seeds = int(np.shape(next(iter(_leaves(params))))[0])
+        self.seeds = int(np.shape(params_leaf(params))[0])
         self._act: dict[bool, Callable] = {}
 
     def __repr__(self) -> str:
@@ -166,10 +166,10 @@ class Agent:
         return runners.evaluate_saved(self.path, episodes, seed)
 
 
-def _leaves(tree: Any) -> list[Any]:
+def params_leaf(tree: Any) -> Any:
     import jax
 
-    return jax.tree.leaves(tree)
+    return jax.tree.leaves(tree)[0]
 
 
 def load(run_dir: str | Path) -> Agent:
