@@ -46,12 +46,6 @@ class BraxEnv:
         )
 
 
-def brax_names() -> list[str]:
-    from brax import envs
-
-    return sorted(envs._envs)  # brax keeps its registry here; there is no public listing function
-
-
 def make_brax(name: str, backend: str = "positional", episode_length: int = 1000) -> BraxEnv:
     from brax import envs  # imported lazily: brax pulls in MuJoCo and is slow to import
 

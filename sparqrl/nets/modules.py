@@ -119,8 +119,6 @@ class MinAtarCNN(nn.Module):
         return MLP(self.hidden, self.activation, obs_ndim=1)(x)
 
 
-Torso = MLP | MinAtarCNN
-
 
 def make_torso(obs_shape: tuple[int, ...], hidden: Sequence[int], activation: str, kind: str = "auto") -> nn.Module:
     """kind "auto": a CNN for image-like [H, W, C] observations, else an MLP; "mlp": an MLP over the flattened

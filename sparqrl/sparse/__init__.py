@@ -48,7 +48,6 @@ from sparqrl.sparse.masks import (
     init_masks,
     is_sparse,
     layer_active_counts,
-    layer_sparsity,
     masked_polyak,
     top_k_mask,
 )
@@ -108,7 +107,6 @@ __all__ = [
     "is_sparse",
     "layer_active_counts",
     "layer_sparsities",
-    "layer_sparsity",
     "masked",
     "masked_polyak",
     "matching_width",

@@ -139,15 +139,6 @@ def layer_active_counts(masks: MaskTree) -> dict[str, jax.Array]:
     }
 
 
-def layer_sparsity(masks: MaskTree) -> dict[str, jax.Array]:
-    """{path: fraction of zeros} for every sparse leaf (jittable; for metrics)."""
-    return {
-        path_str(p): 1.0 - jnp.mean(m.astype(jnp.float32))
-        for p, m in jax.tree_util.tree_flatten_with_path(masks)[0]
-        if is_sparse(m)
-    }
-
-
 def global_sparsity(masks: MaskTree) -> jax.Array:
     """Fraction of zeros over all sparse leaves together: 1 - sum_l active_l / sum_l N_l (0 if none)."""
     sparse = [m for m in jax.tree.leaves(masks) if is_sparse(m)]

@@ -6,7 +6,6 @@ from sparqrl.telemetry.energy import (
     EnergyMeter,
     carbon_intensity,
     known_countries,
-    start_energy_meter,
     validate_country,
 )
 from sparqrl.telemetry.logger import RunLogger
@@ -21,6 +20,5 @@ __all__ = [
     "known_countries",
     "make_progress",
     "plot_returns",
-    "start_energy_meter",
     "validate_country",
 ]

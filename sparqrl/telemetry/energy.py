@@ -418,15 +418,6 @@ def _cancel_sampling(tracker: Any) -> None:
             pass
 
 
-def start_energy_meter(
-    out_dir: str | Path, country: str = "USA", enabled: bool = True, prior: Mapping[str, Any] | None = None
-) -> EnergyMeter:
-    """A started `EnergyMeter` for one run session (see `EnergyMeter`): the one call a runner makes at
-    the start of a session; then `meta.update(meter.totals())` at checkpoints and
-    `summary.update(meter.stop())` at the end."""
-    return EnergyMeter(out_dir, country, enabled, prior=prior).start()
-
-
 class _Failed(Exception):
     """A codecarbon failure whose cause was found in its log (the message is the cause)."""
 
