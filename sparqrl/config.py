@@ -45,6 +45,12 @@ def in_unit_interval(field: str, value: float, *, closed_right: bool = True) -> 
 INT32_MAX = 2**31 - 1
 
 
+def auto(value: int | None, paper: int, cap: float) -> int:
+    """A schedule length left to the default (None): the paper's value, at most `cap` (a fraction of the
+    run's budget), so short runs keep the schedule's shape."""
+    return value if value is not None else min(paper, int(cap))
+
+
 def check_numbers(config: Any) -> None:
     """Every int (and tuple of ints) of a config dataclass fits the int32 the compiled program holds it
     in, and every float is finite: checked before any folder is written, so `--steps 1e20` or

@@ -184,6 +184,17 @@ def test_every_config_field_has_a_docstring():
     assert documented == {f.name for f in dataclasses.fields(dqn.Config)}
 
 
+def test_warmup_and_exploration_default_to_the_papers_capped_by_the_budget(cartpole):
+    """None: PureJaxRL's 10,000 warm-up and 250,000-step epsilon schedule, at most 10 % / 50 % of the run."""
+    short = dqn.Config(total_timesteps=5_000).validate(cartpole)
+    assert (short.learning_start_step, short.epsilon_steps) == (500, 2_500)
+    assert (dqn.Config().learning_start_step, dqn.Config().epsilon_steps) == (10_000, 250_000)  # 500k steps
+    explicit = dqn.Config(total_timesteps=5_000, learning_starts=4_000, epsilon_anneal_time=100).validate(cartpole)
+    assert (explicit.learning_start_step, explicit.epsilon_steps) == (4_000, 100)
+    tiny = dqn.Config(total_timesteps=1_000)  # the cap below a batch: a full batch is still waited for
+    assert tiny.learning_start_step == tiny.batch_size
+
+
 # ---- the training loop ---------------------------------------------------------------------
 
 # Small, quick, and with train_interval not a divisor of num_envs (variable gradient steps per update).

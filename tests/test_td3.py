@@ -138,7 +138,9 @@ def test_config_defaults_are_rlx2s_and_derived_values(pendulum):
     assert (c.hidden, c.batch_size, c.actor_lr, c.critic_lr, c.tau, c.gamma) == ((256, 256), 256, 3e-4, 3e-4, 0.005, 0.99)
     assert (c.policy_delay, c.exploration_noise, c.target_noise, c.target_noise_clip) == (2, 0.1, 0.2, 0.5)
     assert (c.sparse, c.nstep, c.dynamic_buffer, c.actor_sparsity, c.critic_sparsity) == ("dense", 1, False, 0.0, 0.0)
-    assert (c.nstep_delay, c.learning_starts, c.num_envs) == (300_000, 25_000, 1)
+    assert (c.nstep_delay, c.learning_start_step, c.num_envs) == (300_000, 25_000, 1)
+    # a short budget: RLx2's 25,000 random steps capped at 10 % of the run, so it learns
+    assert td3.Config(total_timesteps=5_000).validate(pendulum).learning_start_step == 500
     assert (c.buffer_max_size, c.buffer_min_size, c.num_oldest, c.buffer_threshold) == (1_000_000, 100_000, 2048, 0.2)
     assert (c.buffer_shrink, c.buffer_distance, c.buffer_check_interval) == ("tenth", "half_mse", 10_000)
     assert c.num_updates == 3_000_000 and c.buffer_capacity == 1_000_000

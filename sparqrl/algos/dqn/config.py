@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Literal, get_args
 
-from sparqrl.config import fail, in_unit_interval, one_of, positive, require
+from sparqrl.config import auto, fail, in_unit_interval, one_of, positive, require
 from sparqrl.envs import Env, is_discrete
 
 # Kept as a Literal here (not imported from sparqrl.nets) so that reading the config, e.g. for the
@@ -50,8 +50,9 @@ class Config:
     epsilon_finish: float = 0.05
     """Exploration probability after `epsilon_anneal_time` env steps."""
 
-    epsilon_anneal_time: int = 250_000
-    """Env steps over which epsilon goes linearly from `epsilon_start` to `epsilon_finish`."""
+    epsilon_anneal_time: int | None = None
+    """Env steps over which epsilon goes linearly from `epsilon_start` to `epsilon_finish`; None: 250,000
+    (PureJaxRL's), at most half of total_timesteps, so a short run also exploits."""
 
     target_update_interval: int = 500
     """Env steps between target-network updates (counted only once learning has started)."""
@@ -59,8 +60,9 @@ class Config:
     tau: float = 1.0
     """Target update rate: 1 copies the online network (hard update), < 1 is Polyak averaging."""
 
-    learning_starts: int = 10_000
-    """Env steps collected before the first gradient step (at least `batch_size` are always waited for)."""
+    learning_starts: int | None = None
+    """Env steps collected before the first gradient step (at least `batch_size` are always waited for);
+    None: 10,000 (PureJaxRL's), at most 10 % of total_timesteps, so `--steps 5000` just works."""
 
     train_interval: int = 10
     """Env steps between gradient steps (10 with 10 envs: one gradient step per update)."""
@@ -116,8 +118,13 @@ class Config:
 
     @property
     def learning_start_step(self) -> int:
-        """Env steps after which gradient steps begin (the buffer must hold a full batch)."""
-        return max(self.learning_starts, self.batch_size)
+        """Env steps after which gradient steps begin (learning_starts resolved; the buffer must hold a batch)."""
+        return max(auto(self.learning_starts, 10_000, 0.1 * self.total_timesteps), self.batch_size)
+
+    @property
+    def epsilon_steps(self) -> int:
+        """Env steps of the epsilon schedule (epsilon_anneal_time resolved)."""
+        return max(auto(self.epsilon_anneal_time, 250_000, 0.5 * self.total_timesteps), 1)
 
     @property
     def max_gradient_steps_per_update(self) -> int:
@@ -142,12 +149,13 @@ class Config:
     def validate(self, env: Env | None = None) -> "Config":
         """Raise a `ConfigError` naming the field, its value and what is allowed; return self."""
         for name in (
-            "total_timesteps", "num_envs", "buffer_size", "batch_size", "lr", "epsilon_anneal_time",
-            "target_update_interval", "train_interval",
-        ):
+            "total_timesteps", "num_envs", "buffer_size", "batch_size", "lr", "target_update_interval",
+            "train_interval",
+        ) + (("epsilon_anneal_time",) if self.epsilon_anneal_time is not None else ()):
             require(isinstance(getattr(self, name), (int, float)), name, getattr(self, name), "must be a number")
             positive(name, getattr(self, name))
-        require(self.learning_starts >= 0, "learning_starts", self.learning_starts, "must be >= 0")
+        require(self.learning_starts is None or self.learning_starts >= 0, "learning_starts", self.learning_starts,
+                "must be >= 0 (or None: 10,000 capped at 10 % of total_timesteps)")
         require(
             self.total_timesteps >= self.num_envs, "total_timesteps", self.total_timesteps,
             f"must be >= num_envs ({self.num_envs}) for at least one update",
@@ -161,7 +169,7 @@ class Config:
             f"must be <= buffer_size ({self.buffer_size}): one update adds num_envs transitions",
         )
         require(
-            self.learning_starts <= self.total_timesteps, "learning_starts", self.learning_starts,
+            self.learning_start_step <= self.total_timesteps, "learning_starts", self.learning_starts,
             f"must be <= total_timesteps ({self.total_timesteps})",
         )
         in_unit_interval("epsilon_start", self.epsilon_start)

@@ -115,7 +115,7 @@ def epsilon_schedule(config: Config) -> Callable[[jax.Array], jax.Array]:
     """Epsilon at a given env step: linear from `epsilon_start` to `epsilon_finish`, then flat."""
 
     def epsilon(env_steps: jax.Array) -> jax.Array:
-        frac = jnp.clip(env_steps / config.epsilon_anneal_time, 0.0, 1.0)
+        frac = jnp.clip(env_steps / config.epsilon_steps, 0.0, 1.0)
         return config.epsilon_start + frac * (config.epsilon_finish - config.epsilon_start)
 
     return epsilon

@@ -30,7 +30,7 @@ from typing import Annotated, ClassVar, Literal, get_args
 
 import tyro
 
-from sparqrl.config import fail, in_unit_interval, one_of, positive, require
+from sparqrl.config import auto, fail, in_unit_interval, one_of, positive, require
 from sparqrl.replay.dynamic import validate_replay
 
 # The choices as Literals, so tyro's help and `--set` parsing list them; they match `nets.ACTIVATIONS`,
@@ -69,8 +69,9 @@ class OffPolicyConfig:
     num_envs: int = 1
     """Parallel environments; each update steps every one of them once (RLx2: 1)."""
 
-    learning_starts: int = 25_000
-    """Env steps of uniform random actions before the policy acts and learning starts (RLx2: 25,000)."""
+    learning_starts: int | None = None
+    """Env steps of uniform random actions before the policy acts and learning starts; None: 25,000 (RLx2's),
+    at most 10 % of total_timesteps, so `--steps 5000` just works."""
 
     batch_size: int = 256
     """Transitions (n-step windows) per gradient step."""
@@ -182,7 +183,8 @@ class OffPolicyConfig:
     @property
     def learning_start_step(self) -> int:
         """Env steps after which the policy acts and learns: learning_starts, at least a batch and a window per env."""
-        return max(self.learning_starts, self.batch_size, self.horizon * self.num_envs)
+        return max(auto(self.learning_starts, 25_000, 0.1 * self.total_timesteps), self.batch_size,
+                   self.horizon * self.num_envs)
 
     @property
     def nstep_delay(self) -> int:
@@ -255,7 +257,8 @@ class OffPolicyConfig:
         if self.nstep is not None:
             require(isinstance(self.nstep, int) and not isinstance(self.nstep, bool) and self.nstep >= 1,
                     "nstep", self.nstep, "must be an int >= 1 (or None: by the sparse method)")
-        require(self.learning_starts >= 0, "learning_starts", self.learning_starts, "must be >= 0")
+        require(self.learning_starts is None or self.learning_starts >= 0, "learning_starts", self.learning_starts,
+                "must be >= 0 (or None: 25,000 capped at 10 % of total_timesteps)")
         require(
             self.learning_start_step < self.total_timesteps, "learning_starts", self.learning_starts,
             f"must leave env steps to learn in: below total_timesteps ({self.total_timesteps}), "
