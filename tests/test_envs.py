@@ -87,3 +87,13 @@ def test_running_stats_match_numpy():
     x = rng.normal(size=(4, 5)).astype(np.float32)
     ref = np.clip((x - data.mean(0)) / np.sqrt(data.var(0) + 1e-8), -10, 10)
     np.testing.assert_allclose(normalize(stats, jnp.asarray(x)), ref, rtol=1e-3, atol=1e-3)
+
+
+def test_brax_env_prints_no_third_party_notices():
+    """MuJoCo's 'Failed to import warp' lines and brax's maintenance warning are not shown to the user."""
+    import subprocess
+    import sys
+
+    code = "from sparqrl.envs import make_env; make_env('brax:ant'); print('made')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "made\n" and "warp" not in done.stderr and "maintained" not in done.stderr, done

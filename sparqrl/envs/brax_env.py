@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any
+import io
+import warnings
+from typing import Any, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -46,10 +49,30 @@ class BraxEnv:
         )
 
 
-def make_brax(name: str, backend: str = "positional", episode_length: int = 1000) -> BraxEnv:
-    from brax import envs  # imported lazily: brax pulls in MuJoCo and is slow to import
+NOISE = ("Failed to import warp", "Failed to import mujoco_warp")
+"""Lines MuJoCo prints at brax's import about its optional GPU backend (warp), which sparqrl does not use."""
 
-    env = envs.get_environment(name, backend=backend)
+
+@contextlib.contextmanager
+def quiet_brax() -> Iterator[None]:
+    """brax's import and env construction without the notices a user cannot act on: MuJoCo's `NOISE` on
+    stdout and brax's "not actively being maintained" warning. Any other printed line is passed on."""
+    with contextlib.redirect_stdout(io.StringIO()) as captured, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Brax System, piplines and environments are not actively",
+                                category=UserWarning)
+        try:
+            yield
+        finally:
+            kept = [line for line in captured.getvalue().splitlines() if not line.startswith(NOISE)]
+    if kept:
+        print("\n".join(kept))
+
+
+def make_brax(name: str, backend: str = "positional", episode_length: int = 1000) -> BraxEnv:
+    with quiet_brax():
+        from brax import envs  # imported lazily: brax pulls in MuJoCo and is slow to import
+
+        env = envs.get_environment(name, backend=backend)
     return BraxEnv(
         name=f"brax:{name}",
         env=env,
