@@ -39,6 +39,18 @@ def test_train_returns_summary_curves_and_calls_back_per_chunk(ppo_run):
     assert config["lr"] == 1e-3 and config["hidden"] == [32, 32]
 
 
+def test_tensorboard_reads_the_runs_scalars(ppo_run):
+    """The event files open in TensorBoard (installed by the set-up) with one point per chunk."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(ppo_run[0].path / "tensorboard"))
+    events.Reload()
+    points = events.Scalars("train/episode_return")
+    assert [p.step for p in points] == [512, 1024, 1536, 2048]
+    np.testing.assert_allclose([p.value for p in points], np.nanmean(ppo_run[0].metrics["episode_return"], axis=1),
+                               rtol=1e-5)
+
+
 def test_load_acts_as_the_librarys_deterministic_policy(ppo_run):
     run, _ = ppo_run
     agent = sparqrl.load(run.path)
