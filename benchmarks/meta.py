@@ -3,8 +3,16 @@
     .venv/bin/python benchmarks/meta.py                          # lpo + value-loss + throughput, small sizes
     .venv/bin/python benchmarks/meta.py --popsize 32 --generations 30 --steps 65536   # reference-like value loss
     .venv/bin/python benchmarks/meta.py --throughput-popsize 64  # the 0.8x goal's size
-    .venv/bin/python benchmarks/meta.py --dpo-vs-ppo --seeds 8 --minatar-steps 2000000
+    .venv/bin/python benchmarks/meta.py --dpo-vs-ppo --seeds 8 --dpo-steps 2000000     # MinAtar, CPU budget
+    .venv/bin/python benchmarks/meta.py --dpo-vs-ppo --seeds 8 --dpo-envs brax:hopper,brax:ant --dpo-steps 50000000  # GPU
     .venv/bin/python benchmarks/meta.py --tiny                   # a smoke check of every part (seconds to minutes)
+
+The reference's full budgets (GPU; reference §5-§6), when a GPU machine is available:
+
+    .venv/bin/python benchmarks/meta.py --parts value-loss --popsize 128 --generations 512 --inner-seeds 2 --steps 500000
+    .venv/bin/sparqrl meta lpo --env brax:ant --popsize 32 --generations 1025 --seeds 1 --steps 30000000 \
+        --fitness-shaping z_score --set num_envs=2048 --set num_steps=5 --set num_minibatches=32 --set gamma=0.97 \
+        --set lr=3e-4 --set ent_coef=0.01 --set normalize_obs=true --set anneal_lr=false --out runs/lpo-ant
 
 Parts (every number comes from this process, on this machine):
 
@@ -20,9 +28,10 @@ Parts (every number comes from this process, on this machine):
                seeds): the same inner run (learned loss at its start, as constants), and plain PPO (clipped
                value loss); both after compilation, best of --repeats.
                Goal: ratio >= 0.8 at popsize 64 (the meta machinery costs at most 20 %).
-  --dpo-vs-ppo DPO vs PPO at equal budget on Breakout-MinAtar and SpaceInvaders-MinAtar: --seeds seeds
-               (>= 8) vmapped, --minatar-steps each; final deterministic return (10 episodes per seed): mean
-               and a 95 % bootstrap interval of the mean over seeds.
+  --dpo-vs-ppo DPO vs PPO at equal budget on --dpo-envs (Breakout-MinAtar and SpaceInvaders-MinAtar; brax:NAME
+               for the paper's Brax setting): --seeds seeds (>= 8) vmapped, --dpo-steps each, PureJaxRL's
+               config for the env kind (`dpo_config`); final deterministic return (10 episodes per seed):
+               mean and a 95 % bootstrap interval of the mean over seeds.
 
 Benchmarks are not tests: nothing here fails on a missed goal.
 """
@@ -163,23 +172,35 @@ def final_returns(config: ppo.Config, env, seeds: int, seed: int) -> np.ndarray:
     return np.asarray(jax.jit(jax.vmap(run))(jax.random.split(jax.random.PRNGKey(seed), seeds)))
 
 
+def dpo_config(env_name: str, args: argparse.Namespace) -> ppo.Config:
+    """PureJaxRL's PPO config for the env's kind (reference §2.4), the same for both objectives; DPO adds
+    only its drift (alpha 2, beta 0.6). MinAtar: lr 5e-3, 64 envs x 128 steps, 4 epochs, 8 minibatches,
+    entropy 0.01 (its relu is --activation relu; tanh by default, as recorded). Brax (continuous, the DPO
+    paper's setting): lr 3e-4, 2048 envs x 10 steps, 4 epochs, 32 minibatches, no entropy bonus, 256-256
+    tanh, observations and rewards normalised, no lr annealing."""
+    if env_name.startswith("brax:"):
+        return ppo.Config(total_timesteps=args.dpo_steps, num_envs=2048, num_steps=10, num_minibatches=32, lr=3e-4,
+                          ent_coef=0.0, hidden=(256, 256), activation="tanh", anneal_lr=False, normalize_obs=True,
+                          normalize_reward=True)
+    return ppo.Config(total_timesteps=args.dpo_steps, num_envs=args.minatar_envs, num_steps=128, lr=5e-3,
+                      update_epochs=4, ent_coef=0.01, activation=args.activation, torso=args.torso,
+                      num_minibatches=8 if args.minatar_envs * 128 % 8 == 0 else 1)
+
+
 def part_dpo_vs_ppo(args: argparse.Namespace) -> None:
-    print(f"\n== DPO vs PPO at equal budget: {args.seeds} seeds x {args.minatar_steps} steps, MinAtar ==")
+    print(f"\n== DPO vs PPO at equal budget: {args.seeds} seeds x {args.dpo_steps} steps on {args.dpo_envs} ==")
     if args.seeds < 8:
         print(f"  note: {args.seeds} seeds (the comparison asks for >= 8)")
-    # PureJaxRL's MinAtar PPO config (reference §2.4: lr 5e-3, 64 envs x 128 steps, 4 epochs, 8 minibatches,
-    # entropy 0.01), the same for both objectives; DPO adds only its drift (alpha 2, beta 0.6).
-    base_config = ppo.Config(total_timesteps=args.minatar_steps, num_envs=args.minatar_envs, num_steps=128,
-                             lr=5e-3, update_epochs=4, ent_coef=0.01, torso=args.torso,
-                             num_minibatches=8 if args.minatar_envs * 128 % 8 == 0 else 1)
-    print(f"  config: lr 5e-3, {args.minatar_envs} envs x 128 steps, 4 epochs, torso {args.torso}")
-    for env_name in ("Breakout-MinAtar", "SpaceInvaders-MinAtar"):
-        env = make_env(env_name)
+    for env_name in args.dpo_envs.split(","):
+        env, base_config = make_env(env_name), dpo_config(env_name, args)
+        print(f"  {env_name} config: " + ", ".join(f"{k}={getattr(base_config, k)}" for k in (
+            "lr", "num_envs", "num_steps", "update_epochs", "num_minibatches", "ent_coef", "hidden", "activation",
+            "torso", "normalize_obs", "anneal_lr")))
         for objective in ("ppo-clip", "dpo"):
             start = time.perf_counter()
             returns = final_returns(dataclasses.replace(base_config, objective=objective), env, args.seeds, args.seed)
             low, high = bootstrap_interval(returns)
-            print(f"  {env_name:22s} {objective:8s}: final return {returns.mean():7.2f}  95% [{low:7.2f}, {high:7.2f}]"
+            print(f"  {env_name:22s} {objective:8s}: final return {returns.mean():8.2f}  95% [{low:8.2f}, {high:8.2f}]"
                   f"  ({time.perf_counter() - start:.0f} s incl. compile)")
 
 
@@ -201,16 +222,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default="runs/bench-meta", help="lpo, value-loss: the meta runs' folders (TASK/ inside)")
     p.add_argument("--dpo-vs-ppo", action="store_true", help="only the DPO vs PPO MinAtar comparison")
     p.add_argument("--seeds", type=int, default=8, help="--dpo-vs-ppo: seeds per objective and env")
-    p.add_argument("--minatar-steps", type=int, default=2_000_000)
+    p.add_argument("--dpo-envs", default="Breakout-MinAtar,SpaceInvaders-MinAtar",
+                   help="--dpo-vs-ppo: comma-separated envs (MinAtar ids, or brax:NAME for the paper's Brax setting)")
+    p.add_argument("--dpo-steps", type=int, default=2_000_000, help="--dpo-vs-ppo: env steps per training")
     p.add_argument("--minatar-envs", type=int, default=64)
+    p.add_argument("--activation", default="tanh", choices=("relu", "tanh"),
+                   help="--dpo-vs-ppo, MinAtar: PPO's activation (PureJaxRL's MinAtar config has relu; the recorded "
+                        "CPU run used tanh)")
     p.add_argument("--torso", default="mlp", choices=("mlp", "auto"),
-                   help="--dpo-vs-ppo: PPO's torso (auto: the MinAtar Conv, ~6x slower on a CPU)")
+                   help="--dpo-vs-ppo, MinAtar: PPO's torso (auto: the MinAtar Conv, ~6x slower on a CPU)")
     p.add_argument("--tiny", action="store_true", help="smoke sizes: every part runs in seconds")
     args = p.parse_args(argv)
     if args.tiny:
         args.popsize, args.generations, args.steps, args.num_steps = 4, 2, 256, 32
         args.throughput_popsize, args.repeats, args.eval_seeds = 4, 1, 4
-        args.minatar_steps, args.minatar_envs, args.seeds = 2048, 8, 2
+        args.dpo_steps, args.minatar_envs, args.seeds = 2048, 8, 2
     print(f"device: {device()}")
     if args.dpo_vs_ppo:
         part_dpo_vs_ppo(args)
