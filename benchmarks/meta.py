@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="--dpo-vs-ppo, MinAtar: PPO's activation (PureJaxRL's MinAtar config has relu; the recorded "
                         "CPU run used tanh)")
     p.add_argument("--torso", default="mlp", choices=("mlp", "auto"),
-                   help="--dpo-vs-ppo, MinAtar: PPO's torso (auto: the MinAtar Conv, ~6x slower on a CPU)")
+                   help="--dpo-vs-ppo, MinAtar: PPO's torso (auto: the MinAtar Conv, slower on a CPU)")
     p.add_argument("--tiny", action="store_true", help="smoke sizes: every part runs in seconds")
     args = p.parse_args(argv)
     if args.tiny:

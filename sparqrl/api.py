@@ -129,8 +129,10 @@ class Agent:
                  params: Any, act_one: Callable[[Any, Any], Any]):
         self.path, self.algo, self.config, self.run = path, algo, config, run
         self.env, self.obs_shape = run.env, obs_shape
+        import jax
+
         self._params, self._act_one = params, act_one
-        self.seeds = int(np.shape(params_leaf(params))[0])
+        self.seeds = int(jax.tree.leaves(params)[0].shape[0])
         self._act: dict[bool, Callable] = {}
 
     def __repr__(self) -> str:
@@ -148,7 +150,10 @@ class Agent:
                     "only True is supported (the greedy / mean action)")
         cfg.require(isinstance(seed, int) and 0 <= seed < self.seeds, "seed", seed,
                     f"must be an integer in [0, {self.seeds}) (the run's trained policies)")
-        obs = np.asarray(obs, np.float32)
+        try:
+            obs = np.asarray(obs, np.float32)
+        except (TypeError, ValueError) as error:
+            cfg.fail("obs", type(obs).__name__, f"must be an array of numbers ({error})")
         batched = obs.shape[1:] == self.obs_shape
         cfg.require(obs.shape == self.obs_shape or batched, "obs", f"shape {obs.shape}",
                     f"must be {self.obs_shape} or [batch, *{self.obs_shape}]")
@@ -166,12 +171,6 @@ class Agent:
         return runners.evaluate_saved(self.path, episodes, seed)
 
 
-def params_leaf(tree: Any) -> Any:
-    import jax
-
-    return jax.tree.leaves(tree)[0]
-
-
 def load(run_dir: str | Path) -> Agent:
     """The trained policies of the run in `run_dir` (its newest intact checkpoint), for `act` and `evaluate`."""
     import jax
@@ -181,19 +180,15 @@ def load(run_dir: str | Path) -> Agent:
 
     rundir, algo_name, algo_config, run = open_run_dir(run_dir, "run_dir")
     if is_host_env(run.env):
-        from sparqrl.algos.base import forward
         from sparqrl.envs import host_spec
         from sparqrl.runners import sebulba
         from sparqrl.runners.session import saved_state
 
         prepared = sebulba.Prepared(algo_name, algo_config, run)
         params = prepared.policy_fn(saved_state(rundir, prepared.learner_shape))
-        acting, obs_shape = prepared.al.acting, tuple(host_spec(run.env).observation_shape)
-
-        def act_one(p: Any, obs: Any) -> Any:
-            return acting.to_env(acting.greedy(forward(acting, p, obs, len(obs_shape))))
-
-        return Agent(Path(run_dir), algo_name, prepared.config, run, obs_shape, params, act_one)
+        obs_shape = tuple(host_spec(run.env).observation_shape)
+        return Agent(Path(run_dir), algo_name, prepared.config, run, obs_shape, params,
+                     sebulba.greedy_policy(prepared.al, len(obs_shape)))
 
     from sparqrl.runners.anakin import load_state
 

@@ -159,13 +159,13 @@ def _algo(argv: list[str]) -> tuple[str, list[str]]:
 def load_config(algo_name: str, path: str) -> tuple[RunConfig, Any]:
     """The defaults `--load-config FILE` gives: the algorithm config of FILE (a sweep's best.json or a run's
     config.json) and its environment; the command's other flags override them."""
-    from sparqrl.runners.rundir import CONFIG
+    from sparqrl.runners.rundir import CONFIG, is_meta_config
 
     module = get_algorithm(algo_name)
     file = Path(path) / CONFIG if Path(path).is_dir() else Path(path)
     try:
         data = json.loads(file.read_text())
-        cfg.require(not (isinstance(data, dict) and "meta" in data), "--load-config", path,
+        cfg.require(not is_meta_config(data), "--load-config", path,
                     "is a meta run's config; an hparams meta run's best_hparams.json can be loaded")
         config = cfg.from_dict(module.Config, data["config"])
     except cfg.ConfigError:

@@ -113,6 +113,12 @@ def member_hparams(config: Any, settings: list[dict[str, float]] | None, seeds: 
     return {name: np.repeat(np.array([row[name] for row in rows], np.float32), seeds) for name in traced_fields(config)}
 
 
+def member_names(settings: list[dict[str, float]] | None, seeds: int) -> list[str]:
+    """Per member, for messages: "seed k", or a sweep's "lr=0.01 seed k" (member s*seeds+k)."""
+    prefixes = [" ".join(f"{k}={v:g}" for k, v in s.items()) + " " for s in settings] if settings else [""]
+    return [f"{prefix}seed {k}" for prefix in prefixes for k in range(seeds)]
+
+
 def static_describe(algo_name: str, config: Any) -> str:
     """What a program closes over: the config without its traced fields (inputs, not constants), so that
     runs that differ only in those share their stored programs (`programs`)."""
@@ -163,8 +169,7 @@ class AnakinDriver:
         self.startup_s = 0.0
         self.programs_loaded = 0  # of the 3 programs, how many came traced from the cache (`programs`)
         self.members = len(next(iter(hparams.values()))) if hparams else run.seeds
-        self.member_names = [(" ".join(f"{k}={v:g}" for k, v in settings[i // run.seeds].items()) + " " if settings
-                              else "") + f"seed {i % run.seeds}" for i in range(self.members)]
+        self.member_names = member_names(settings, run.seeds)
         self.sharding = seed_sharding(self.members)
         self.replicated = NamedSharding(self.sharding.mesh, PartitionSpec())
         self.hparams = jax.device_put({k: jnp.asarray(v) for k, v in hparams.items()}, self.sharding)

@@ -152,6 +152,11 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def is_meta_config(data: Any) -> bool:
+    """A `sparqrl meta` run's config.json content (its meta config and inner config, no "algo")."""
+    return isinstance(data, dict) and "meta" in data and "algo" not in data
+
+
 def open_run_dir(path: str | Path, field: str = "resume") -> tuple[RunDir, str, Any, RunConfig]:
     """The run in `path` (any format this sparqrl reads): its folder, algorithm name and saved configs."""
     out = Path(path)
@@ -161,7 +166,7 @@ def open_run_dir(path: str | Path, field: str = "resume") -> tuple[RunDir, str, 
                 "must be the output folder of a run (no sparqrl run there)")
     try:
         data = json.loads((out / CONFIG).read_text())
-        cfg.require(not (isinstance(data, dict) and "meta" in data and "algo" not in data), field, str(path),
+        cfg.require(not is_meta_config(data), field, str(path),
                     "is a meta run's folder, not a train or sweep run's (`sparqrl meta TASK --resume DIR` continues it)")
         module = get_algorithm(data["algo"])
         algo_config = cfg.from_dict(module.Config, data["config"])

@@ -275,11 +275,16 @@ def evaluate_saved(rundir: RunDir, algo_name: str, config: Any, run: RunConfig, 
     return eval_summary(run, episodes, per_seed)
 
 
+def greedy_policy(al: ActorLearner, obs_ndim: int) -> Any:
+    """(fp32 policy params of one seed, observation(s)) -> the deterministic action(s) the env takes."""
+    acting = al.acting
+    return lambda p, obs: acting.to_env(acting.greedy(forward(acting, p, obs, obs_ndim)))
+
+
 def _evaluate_seeds(al: ActorLearner, env_name: str, params: Any, episodes: int, base_seed: int) -> np.ndarray:
     """[seeds, episodes] deterministic returns of the fp32 policy: seed i's (`params` [seeds, ...]) on host
     envs seeded base_seed + i."""
-    acting, obs_ndim = al.acting, len(host_spec(env_name).observation_shape)
-    greedy = jax.jit(lambda p, o: acting.to_env(acting.greedy(forward(acting, p, o, obs_ndim))))
+    greedy = jax.jit(greedy_policy(al, len(host_spec(env_name).observation_shape)))
     seeds = jax.tree.leaves(params)[0].shape[0]
     return np.stack([
         evaluate_host(env_name, lambda o, i=i: np.asarray(greedy(jax.tree.map(lambda x: x[i], params), o)),

@@ -84,8 +84,8 @@ class Config:
 
     torso: Literal["auto", "mlp"] = "auto"
     """auto: a Conv(16, 3x3) layer before the hidden layers for [H, W, C] grid observations (MinAtar), none for
-    others; mlp: every observation flattened into the hidden layers (PureJaxRL's PPO; on a CPU about 6x the
-    env steps/s of the Conv on MinAtar)."""
+    others; mlp: every observation flattened into the hidden layers (PureJaxRL's PPO; much cheaper than the
+    Conv on a CPU)."""
 
     normalize_obs: bool = False
     """Normalise observations by running mean and variance (kept in the agent state, saved with the policy)."""
