@@ -38,8 +38,13 @@ commands:
                           train every setting x --seeds in ONE compiled program (traced hyperparameters);
                           writes sweep.csv, sweep.png, best.json besides a run's files; options as train's
   sweep --resume DIR      continue an interrupted sweep
-  eval DIR [--episodes N] [--seed S]
-                          evaluate the saved policy of a run (deterministic episodes per seed)
+  eval DIR [--episodes N] [--seed S] [--video OUT.mp4]
+                          evaluate the saved policy of a run (deterministic episodes per seed); --video
+                          records an episode of it
+  export DIR --format onnx --precision fp32|fp16|int8 [--seed N] --out policy.onnx
+                          write a self-contained policy that ONNX Runtime runs (`sparqrl export --help`)
+  compare DIR... [--out compare.png]
+                          learning curves of several runs (or a sweep) on shared axes, and a table
   meta value-loss|lpo|hparams [options] | meta --resume DIR [--generations N]
                           evolve PPO's value loss / drift or an algorithm's hyperparameters (`sparqrl meta --help`)
 """
@@ -275,6 +280,18 @@ def _eval(argv: list[str]) -> int:
     return 0
 
 
+def _export(argv: list[str]) -> int:
+    from sparqrl.export import run_cli
+
+    return run_cli(argv)
+
+
+def _compare(argv: list[str]) -> int:
+    from sparqrl.compare import run_cli
+
+    return run_cli(argv)
+
+
 def _meta(argv: list[str]) -> int:
     from sparqrl.meta.cli import run_cli  # evosax is imported only by meta runs
 
@@ -283,7 +300,8 @@ def _meta(argv: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"train": _train, "sweep": _sweep, "eval": _eval, "meta": _meta}
+    commands = {"train": _train, "sweep": _sweep, "eval": _eval, "export": _export, "compare": _compare,
+                "meta": _meta}
     if not argv or wants_help(argv):
         print(USAGE)
         return 0 if argv else 2
