@@ -7,5 +7,5 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[test]"
+.venv/bin/python -m pip install --quiet -e ".[all]"
 echo "sparqrl is set up in .venv ($(.venv/bin/python -c 'import jax; print("jax", jax.__version__, jax.devices())' 2>/dev/null))"

@@ -41,6 +41,17 @@ def available(module: str) -> bool:
         return False
 
 
+def need_installed(module: str, what: str) -> None:
+    """`need`'s check without the import (which can take seconds, e.g. Ray's): for checks before a run starts."""
+    if not available(module):
+        raise _missing(module, what)
+
+
+def _missing(module: str, what: str) -> ConfigError:
+    top = module.split(".")[0]
+    return ConfigError(f"{what} needs {top}, which is not installed: {install_hint(top)} (or 'sparqrl[all]')")
+
+
 def need(module: str, what: str) -> ModuleType:
     """Import `module` (a top-level module of an extra, or one of its submodules) for `what` (e.g.
     "sparqrl export"); when it is not installed, a one-line `ConfigError` naming the pip install."""
@@ -50,5 +61,4 @@ def need(module: str, what: str) -> ModuleType:
         top = module.split(".")[0]
         if error.name is not None and error.name.split(".")[0] != top:
             raise  # the extra is there but broken: its own error is the useful one
-        raise ConfigError(f"{what} needs {top}, which is not installed: {install_hint(top)} "
-                          f"(or 'sparqrl[all]')") from None
+        raise _missing(module, what) from None

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from sparqrl.envs.core import Box, StepOut
+from sparqrl.extras import need
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -70,7 +71,7 @@ def quiet_brax() -> Iterator[None]:
 
 def make_brax(name: str, backend: str = "positional", episode_length: int = 1000) -> BraxEnv:
     with quiet_brax():
-        from brax import envs  # imported lazily: brax pulls in MuJoCo and is slow to import
+        envs = need("brax.envs", f"env=brax:{name}")  # imported lazily: brax pulls in MuJoCo and is slow to import
 
         env = envs.get_environment(name, backend=backend)
     return BraxEnv(

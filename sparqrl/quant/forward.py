@@ -54,6 +54,7 @@ import jax
 import numpy as np
 
 from sparqrl.config import fail, one_of, positive
+from sparqrl.extras import available, need
 from sparqrl.nets.modules import ACTIVATIONS
 from sparqrl.quant.stack import QuantizedStack, dequantize
 from sparqrl.quant.tensor import check_precision
@@ -99,7 +100,8 @@ def _graph(int8: bool, activation: str, spec: Spec) -> bytes:
     initializer is declared external and supplied as an array at session build (`_session`). Built once
     per architecture, so a new version costs no protobuf encoding or parsing of its megabytes.
     Per layer: DynamicQuantizeMatMul(x, w, s, z, b) for int8, else Gemm(x, w, b); the activation between."""
-    from onnx import TensorProto, helper
+    onnx = need("onnx", "ONNX Runtime actors")
+    TensorProto, helper = onnx.TensorProto, onnx.helper
 
     initializers = []
     for name, dtype, shape in spec:
@@ -138,8 +140,7 @@ def _graph(int8: bool, activation: str, spec: Spec) -> bytes:
 def _session(q: QuantizedStack, encoding: str, threads: int):
     """An ORT session running `q` on `threads` intra-op threads. Returns (session, the OrtValues it
     reads): ORT may keep using the supplied buffers, so they must live as long as the session."""
-    import onnxruntime as ort
-
+    ort = need("onnxruntime", "ONNX Runtime actors")
     arrays = _initializers(q, encoding)
     spec = tuple((name, a.dtype.str, a.shape) for name, a in arrays)
     values = [ort.OrtValue.ortvalue_from_numpy(a) for _, a in arrays]
@@ -203,8 +204,9 @@ def make_forward(q: QuantizedStack, threads: int = 1, *, backend: Backend = "aut
     """``forward(obs float32 [B, d]) -> float32 [B, out]`` (raw outputs: Q-values, pre-tanh actions,
     logits...) for any B. Build it once per received version; call it every step.
 
-    backend 'auto' = 'ort': ONNX Runtime (DynamicQuantizeMatMul for int8, fp32 Gemm on the widened
-    weights for the rest); 'jax': the jitted JAX forward on the CPU device (float precisions only).
+    backend 'ort': ONNX Runtime (DynamicQuantizeMatMul for int8, fp32 Gemm on the widened weights for the
+    rest); 'jax': the jitted JAX forward on the CPU device (float precisions only); 'auto': 'ort' where ONNX
+    Runtime is installed (the `export` extra) or for int8, else 'jax'.
     `threads`: ORT intra-op threads (actors pin 1). The JAX forward uses whatever threads XLA was
     given at import (``XLA_FLAGS``: see `benchmarks/actorq_kernel.py`).
     `kernel` (int8): 'auto' = `int8_kernel()`; 'u8s8' forces MLAS's int8-weight kernel, which
@@ -219,6 +221,8 @@ def make_forward(q: QuantizedStack, threads: int = 1, *, backend: Backend = "aut
         fail("backend", backend,
              "int8 runs on ONNX Runtime ('auto' or 'ort'): XLA's int8 dot is no faster than fp32 on CPU")
 
+    if backend == "auto" and q.precision != "int8" and not (available("onnxruntime") and available("onnx")):
+        backend = "jax"  # the core install: float actors need no ONNX Runtime
     if backend != "jax":
         encoding = (int8_kernel() if kernel == "auto" else kernel) if q.precision == "int8" else "fp32"
         return _OrtForward(*_session(q, encoding, int(threads)))

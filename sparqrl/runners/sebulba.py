@@ -34,6 +34,7 @@ from sparqrl import config as cfg
 from sparqrl.algos import get_algorithm
 from sparqrl.algos.base import ActorLearner, forward
 from sparqrl.envs import evaluate_host, host_spec
+from sparqrl.extras import need_installed
 from sparqrl.runners.actors import ActorSpec, Fragment, make_pool, network_paths, quantized_copy, ray_session
 from sparqrl.runners.rundir import RunDir, start_run_dir
 from sparqrl.runners.run_config import RunConfig
@@ -51,6 +52,10 @@ class Prepared:
         cfg.require(hasattr(module, "make_actor_learner"), "algo", algo_name,
                     "host environments (gym:NAME) run through the actor-learner runner, which trains dqn, td3 "
                     f"and sac; {algo_name} runs on device environments (gymnax ids, brax:NAME)")
+        if run.actor_precision == "int8":
+            need_installed("onnxruntime", "actor_precision=int8 (ONNX Runtime's integer kernels)")
+        if run.resolved_backend == "ray":
+            need_installed("ray", f"backend=ray ({run.actors} actors)")
         self.spec = host_spec(run.env)
         self.config = algo_config.validate(self.spec)
         self.al: ActorLearner = module.make_actor_learner(self.config, self.spec)

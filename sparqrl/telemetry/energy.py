@@ -73,10 +73,21 @@ def carbon_intensity(country: str) -> float | None:
     return None if value is None else float(value)
 
 
+NOT_INSTALLED = "not measured: codecarbon is not installed (pip install 'sparqrl[energy]')"
+"""energy_method of a run without the `energy` extra: energy is on by default, so its absence is not an error."""
+
+
+def installed() -> bool:
+    from sparqrl.extras import available
+
+    return available("codecarbon")
+
+
 def validate_country(country: str, field: str = "country") -> None:
-    """ConfigError naming `field`, the value and what is allowed unless codecarbon knows `country`."""
+    """ConfigError naming `field`, the value and what is allowed unless codecarbon knows `country` (not
+    checked without codecarbon, which alone uses it)."""
     countries = known_countries()
-    if country in countries:
+    if country in countries or not installed():
         return
     if not countries:
         cfg.fail(field, country, "cannot be checked: codecarbon's country data (global_energy_mix.json) was not found")
@@ -224,6 +235,8 @@ class EnergyMeter:
         self.enabled = enabled
         self.measure_power_secs = measure_power_secs
         self.method = "not measured: disabled (energy=False)" if not enabled else "not measured: not started"
+        if enabled and not installed():
+            self.enabled, self.method = False, NOT_INSTALLED
         self.error: str | None = None
         self._tracker: Any = None
         self._starting: threading.Thread | None = None
