@@ -293,6 +293,9 @@ def _compare(argv: list[str]) -> int:
 
 
 def _meta(argv: list[str]) -> int:
+    from sparqrl.extras import need_installed
+
+    need_installed("evosax", "sparqrl meta")
     from sparqrl.meta.cli import run_cli  # evosax is imported only by meta runs
 
     return run_cli(argv)
