@@ -37,6 +37,11 @@ class Algorithm(NamedTuple):
                                             metrics is a flat dict of scalars including the two keys above
     policy(state) -> policy_params          everything the deterministic policy needs (params, normaliser)
     act(policy_params, obs, key) -> action  the deterministic (greedy / mean) action for one observation
+    sample(policy_params, obs, key) -> action
+                                            the exploring action for one observation, as training acts once
+                                            past any warm-up (PPO's distribution, DQN's final epsilon, TD3's
+                                            noise, SAC's squashed Gaussian); `sparqrl.load(...).act(...,
+                                            deterministic=False)`
     """
 
     init: Callable[[jax.Array], Any]
@@ -47,6 +52,7 @@ class Algorithm(NamedTuple):
     num_updates: int
     summary: dict[str, Any] = {}
     """Static facts for summary.json (e.g. a sparse run's sparsities and size/FLOPs ratios)."""
+    sample: Callable[[Any, jax.Array, jax.Array], jax.Array] | None = None
 
 
 HParams = dict[str, jax.Array]
@@ -199,6 +205,13 @@ class ActorLearner(NamedTuple):
     acting: Acting
     num_envs: int
     summary: dict[str, Any] = {}
+
+
+def explore_one(acting: Acting, raw: jax.Array, key: jax.Array) -> jax.Array:
+    """The exploring action [N, ...] (algorithm units) of one actor's env slot 0, long past any warm-up, on
+    the network's output raw [N, out] (for DQN on the actor-learner: Ape-X's first slot's epsilon)."""
+    n = raw.shape[0]
+    return acting.explore(raw, key, jnp.int32(2 ** 30), jnp.zeros(n, jnp.int32), 1)[0]
 
 
 def forward(acting: Acting, policy_params: Any, obs: jax.Array, obs_ndim: int) -> jax.Array:

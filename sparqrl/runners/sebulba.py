@@ -32,7 +32,7 @@ import numpy as np
 
 from sparqrl import config as cfg
 from sparqrl.algos import get_algorithm
-from sparqrl.algos.base import ActorLearner, forward
+from sparqrl.algos.base import ActorLearner, explore_one, forward
 from sparqrl.envs import evaluate_host, host_spec
 from sparqrl.extras import need_installed
 from sparqrl.runners.actors import ActorSpec, Fragment, make_pool, network_paths, quantized_copy, ray_session
@@ -52,10 +52,6 @@ class Prepared:
         cfg.require(hasattr(module, "make_actor_learner"), "algo", algo_name,
                     "host environments (gym:NAME) run through the actor-learner runner, which trains dqn, td3 "
                     f"and sac; {algo_name} runs on device environments (gymnax ids, brax:NAME)")
-        if run.actor_precision == "int8":
-            need_installed("onnxruntime", "actor_precision=int8 (ONNX Runtime's integer kernels)")
-        if run.resolved_backend == "ray":
-            need_installed("ray", f"backend=ray ({run.actors} actors)")
         self.spec = host_spec(run.env)
         self.config = algo_config.validate(self.spec)
         self.al: ActorLearner = module.make_actor_learner(self.config, self.spec)
@@ -72,8 +68,17 @@ class Prepared:
         self.paths = network_paths(self.al.acting, one, self.spec.observation_shape)
 
 
+def check_extras(run: RunConfig) -> None:
+    """The extras a run's actors need, before it starts (loading its policy needs neither)."""
+    if run.actor_precision == "int8":
+        need_installed("onnxruntime", "actor_precision=int8 (ONNX Runtime's integer kernels)")
+    if run.resolved_backend == "ray":
+        need_installed("ray", f"backend=ray ({run.actors} actors)")
+
+
 def train(algo_name: str, algo_config: Any, run: RunConfig, *, on_chunk: ChunkHook | None = None) -> dict:
     """Train from scratch on a host environment; returns the summary (also in `run.out/summary.json`)."""
+    check_extras(run)
     prepared = Prepared(algo_name, algo_config, run)
     rundir = start_run_dir(algo_name, prepared.config, run)
     return _run(prepared, algo_name, run, rundir, resuming=False, on_chunk=on_chunk)
@@ -82,6 +87,7 @@ def train(algo_name: str, algo_config: Any, run: RunConfig, *, on_chunk: ChunkHo
 def resume(rundir: RunDir, algo_name: str, algo_config: Any, run: RunConfig, *,
            on_chunk: ChunkHook | None = None) -> dict:
     """Continue the run in `rundir` from its newest intact checkpoint (fresh host episodes)."""
+    check_extras(run)
     return _run(Prepared(algo_name, algo_config, run), algo_name, run, rundir, resuming=True, on_chunk=on_chunk)
 
 
@@ -284,6 +290,13 @@ def greedy_policy(al: ActorLearner, obs_ndim: int) -> Any:
     """(fp32 policy params of one seed, observation(s)) -> the deterministic action(s) the env takes."""
     acting = al.acting
     return lambda p, obs: acting.to_env(acting.greedy(forward(acting, p, obs, obs_ndim)))
+
+
+def sampling_policy(al: ActorLearner, obs_ndim: int) -> Any:
+    """(fp32 policy params of one seed, ONE observation, key) -> the exploring action the env takes, as an
+    actor's first env slot acts once past any warm-up."""
+    acting = al.acting
+    return lambda p, obs, key: acting.to_env(explore_one(acting, forward(acting, p, obs[None], obs_ndim), key))[0]
 
 
 def _evaluate_seeds(al: ActorLearner, env_name: str, params: Any, episodes: int, base_seed: int) -> np.ndarray:

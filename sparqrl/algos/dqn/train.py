@@ -344,6 +344,12 @@ def make_algorithm(config: Config, env: Env) -> Algorithm:
         del key
         return jnp.argmax(network.apply(policy_params, obs), axis=-1).astype(jnp.int32)
 
+    def sample(policy_params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
+        """Epsilon-greedy at the schedule's final epsilon, for ONE observation."""
+        explore_key, random_key = jax.random.split(key)
+        q = network.apply(policy_params, obs[None])
+        return epsilon_greedy(q, jnp.float32(config.epsilon_finish), explore_key, random_key)[0]
+
     return Algorithm(
         init=init,
         update=update,
@@ -351,6 +357,7 @@ def make_algorithm(config: Config, env: Env) -> Algorithm:
         act=act,
         env_steps_per_update=config.env_steps_per_update,
         num_updates=config.num_updates,
+        sample=sample,
     )
 
 

@@ -31,7 +31,7 @@ import numpy as np
 import optax
 
 from sparqrl import replay, returns, sparse
-from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, episode_metrics, forward
+from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, episode_metrics, explore_one, forward
 from sparqrl.algos.offpolicy.config import TOPOLOGY, OffPolicyConfig
 from sparqrl.envs import Env, action_dim
 from sparqrl.replay import dynamic, nstep
@@ -334,7 +334,12 @@ def on_device(al: ActorLearner, config: OffPolicyConfig, env: Env) -> Algorithm:
         del key
         return acting.to_env(acting.greedy(forward(acting, policy_params, obs, obs_ndim)))
 
+    def sample(policy_params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
+        """The exploring action for ONE observation, past the warm-up, in env units [|A|]."""
+        return acting.to_env(explore_one(acting, forward(acting, policy_params, obs[None], obs_ndim), key))[0]
+
     return Algorithm(
         init=init, update=update, policy=policy, act=act,
         env_steps_per_update=config.env_steps_per_update, num_updates=config.num_updates, summary=al.summary,
+        sample=sample,
     )

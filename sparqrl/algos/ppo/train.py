@@ -312,6 +312,12 @@ def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | No
             return jnp.argmax(dist.logits, axis=-1).astype(jnp.int32)
         return env_action(dist.mean())
 
+    def sample(policy_params: PolicyParams, obs: jax.Array, key: jax.Array) -> jax.Array:
+        """An action drawn from the policy for ONE observation, as the rollouts draw it."""
+        dist, _ = network.apply(policy_params.params, observe(policy_params.obs_stats, obs.astype(jnp.float32)))
+        action = dist.sample(seed=key)
+        return action.astype(jnp.int32) if discrete else env_action(action)
+
     return Algorithm(
         init=init,
         update=update,
@@ -319,6 +325,7 @@ def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | No
         act=act,
         env_steps_per_update=config.batch_size,
         num_updates=config.num_updates,
+        sample=sample,
     )
 
 
