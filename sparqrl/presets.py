@@ -1,0 +1,75 @@
+"""Per-environment presets: published, tuned hyperparameters, chosen by the environment's name.
+
+An algorithm's Config defaults are one environment's tuned values (PPO and DQN: PureJaxRL's CartPole-v1;
+TD3 and SAC: their papers' MuJoCo settings). Where another environment family has published settings of its
+own, a preset holds them, and `sparqrl train` / `sparqrl sweep` / `sparqrl.train` start from them
+(`RunConfig.preset`: "auto" by default; "none" for the plain defaults; or a preset's name). Every field the
+user sets wins over the preset; the run records the preset it used in config.json (`run.preset`).
+
+Presets change only fields that tune learning (rates, batch layout, network activation, normalisation),
+never the budget (`total_timesteps`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+from sparqrl import config as cfg
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    name: str
+    algo: str
+    matches: Callable[[str], bool]
+    """Whether an environment name is in the preset's family."""
+    family: str
+    """The family in words, for the README and errors."""
+    source: str
+    fields: Mapping[str, Any]
+
+
+PRESETS: tuple[Preset, ...] = (
+    Preset(
+        name="ppo-minatar", algo="ppo", matches=lambda env: env.endswith("-MinAtar"), family="gymnax MinAtar (*-MinAtar)",
+        source="PureJaxRL's MinAtar PPO config (brax_minatar notebook, 'briefly tuned' for gymnax's MinAtar), "
+               "with its flattened-observation MLP",
+        fields={"lr": 5e-3, "num_envs": 64, "num_steps": 128, "update_epochs": 4, "num_minibatches": 8,
+                "activation": "relu", "anneal_lr": True, "ent_coef": 0.01, "torso": "mlp"},
+    ),
+    Preset(
+        name="ppo-brax", algo="ppo", matches=lambda env: env.startswith("brax:"), family="Brax (brax:NAME)",
+        source="PureJaxRL's continuous-action PPO config (ppo_continuous_action.py, Brax hopper), NORMALIZE_ENV "
+               "as observation and reward normalisation",
+        fields={"lr": 3e-4, "num_envs": 2048, "num_steps": 10, "update_epochs": 4, "num_minibatches": 32,
+                "ent_coef": 0.0, "anneal_lr": False, "activation": "tanh", "normalize_obs": True,
+                "normalize_reward": True},
+    ),
+)
+
+NAMES = tuple(p.name for p in PRESETS)
+CHOICES = ("auto", "none") + NAMES
+
+
+def find(algo: str, env: str, choice: str = "auto") -> Preset | None:
+    """The preset `choice` selects for `algo` on `env`: auto, the env family's (None where there is none);
+    none, None; a name, that preset (which must be `algo`'s)."""
+    cfg.one_of("preset", choice, CHOICES)
+    if choice == "none":
+        return None
+    if choice != "auto":
+        preset = next(p for p in PRESETS if p.name == choice)
+        cfg.require(preset.algo == algo, "preset", choice, f"is a preset of {preset.algo}, not of {algo}")
+        return preset
+    return next((p for p in PRESETS if p.algo == algo and p.matches(env)), None)
+
+
+def apply(preset: Preset | None, config: Any) -> Any:
+    """`config` with the preset's fields (the caller then applies the user's own values over it)."""
+    return config if preset is None else dataclasses.replace(config, **preset.fields)
+
+
+def name_of(preset: Preset | None) -> str:
+    """What a run records in `run.preset`."""
+    return "none" if preset is None else preset.name
