@@ -24,6 +24,7 @@ EXTRAS: dict[str, str] = {
     "codecarbon": "energy",
     "evosax": "meta",
     "imageio_ffmpeg": "video",
+    "pygame": "video",
 }
 """Top-level module -> the extra that installs it."""
 
