@@ -1,0 +1,222 @@
+"""A trained deterministic policy as plain NumPy arrays: what an exported graph computes, framework-free.
+
+    describe(algo, config, obs_shape, action_space, policy_params) -> Policy    one seed's policy params
+    load_policy(run_dir, seed) -> (Policy, reference, info)                     any saved run
+
+`Policy` is the whole deterministic action of a run, in the order the library computes it:
+
+    obs [B, *obs_shape] -> (x - mean) / std, clipped         PPO with normalize_obs (its running statistics)
+        -> Conv 3x3 'SAME' -> activation, flattened (H, W, C)  PPO / DQN on [H, W, C] grids (MinAtar)
+        -> Dense -> activation -> ... -> Dense                the policy network's chain (raw [B, out])
+        -> head                                               argmax (discrete); for boxes: the first
+                                                              `take` outputs (SAC's mean), tanh, then
+                                                              center + half_range * a (TD3, SAC) or
+                                                              clip to [low, high] (PPO's Gaussian mean)
+
+The layer names are the flax modules' own (`sparqrl.nets`: ActorCritic, QNetwork, HeadMLP). An
+exporter does not trust them blindly: `sparqrl.export` runs the exported fp32 graph against the
+library's own `act` before writing anything.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, NoReturn
+
+import numpy as np
+
+from sparqrl import config as cfg
+from sparqrl.quant import DenseStack
+
+
+class ObsNorm(NamedTuple):
+    """clip((obs - mean) / std, -clip, clip) elementwise (`sparqrl.envs.normalize`)."""
+
+    mean: np.ndarray  # float32 [*obs_shape]
+    std: np.ndarray  # float32 [*obs_shape], sqrt(var + 1e-8) as the library computes it
+    clip: float
+
+
+class ConvLayer(NamedTuple):
+    """flax `nn.Conv` (stride 1, 'SAME' padding) on [B, H, W, C], then the activation."""
+
+    kernel: np.ndarray  # float32 [kh, kw, c_in, c_out] (flax's HWIO)
+    bias: np.ndarray  # float32 [c_out]
+    activation: str
+
+
+class Head(NamedTuple):
+    """How the raw network output [B, out] becomes the env's action."""
+
+    discrete: bool  # argmax -> int32 [B]; else float32 [B, take]
+    take: int = 0  # boxes: the first `take` raw outputs (SAC's [mean, log-std] -> mean)
+    tanh: bool = False  # squash into [-1, 1] first
+    center: np.ndarray | None = None  # float32 [take]: action = center + half_range * a
+    half_range: np.ndarray | None = None
+    low: np.ndarray | None = None  # float32 [take]: action = min(max(a, low), high)
+    high: np.ndarray | None = None
+
+
+class Policy(NamedTuple):
+    """One seed's deterministic policy (see the module docstring)."""
+
+    obs_shape: tuple[int, ...]
+    obs_norm: ObsNorm | None
+    conv: ConvLayer | None
+    stack: DenseStack
+    head: Head
+
+
+class RunInfo(NamedTuple):
+    """What an export reports about the run it came from."""
+
+    algo: str
+    env: str
+    seeds: int  # policies in the run (a sweep's: settings x seeds)
+    sparse: str  # the run's sparse method ('dense' for algorithms without one)
+
+
+Reference = Callable[[np.ndarray], np.ndarray]
+"""The library's own deterministic action on a batch of observations [B, *obs_shape]."""
+
+
+# ---- reading flax parameter trees ----------------------------------------------------------------
+
+
+def unexportable(what: str, why: str) -> NoReturn:
+    """A policy the exporter cannot write correctly: one line, as every ConfigError."""
+    raise cfg.ConfigError(f"sparqrl export: the {what} cannot be exported: {why}")
+
+
+def _node(tree: Any, path: tuple[str, ...], what: str) -> Any:
+    node = tree
+    for name in path:
+        if not hasattr(node, "keys") or name not in node:
+            unexportable(what, f"its parameters have no {'/'.join(path)} (a network the exporter does not know)")
+        node = node[name]
+    return node
+
+
+def _numbered(tree: Any, prefix: str) -> list[str]:
+    """The keys `prefix_0, prefix_1, ...` of a flax module's parameters, in number order."""
+    found = [(int(m.group(1)), k) for k in tree.keys() if (m := re.fullmatch(rf"{prefix}_(\d+)", k))]
+    return [k for _, k in sorted(found)]
+
+
+def _dense(layer: Any) -> tuple[np.ndarray, np.ndarray]:
+    kernel = np.asarray(layer["kernel"], np.float32)
+    bias = np.asarray(layer["bias"], np.float32) if "bias" in layer else np.zeros(kernel.shape[-1], np.float32)
+    return kernel, bias
+
+
+def _torso(params: Any, conv: bool, activation: str, what: str) -> tuple[ConvLayer | None, list, list]:
+    """`make_torso`'s layers (the first torso of the module: the actor's in ActorCritic) as
+    (conv layer or None, hidden kernels, hidden biases)."""
+    conv_layer = None
+    if conv:
+        cnn = _node(params, ("MinAtarCNN_0",), what)
+        kernel, bias = _dense(_node(cnn, ("Conv_0",), what))
+        if kernel.ndim != 4:
+            unexportable(what, f"its Conv kernel has shape {kernel.shape}, not [kh, kw, in, out]")
+        conv_layer = ConvLayer(kernel, bias, activation)
+        mlp = _node(cnn, ("MLP_0",), what)
+    else:
+        mlp = _node(params, ("MLP_0",), what)
+    layers = [_dense(mlp[name]) for name in _numbered(mlp, "Dense")]
+    return conv_layer, [k for k, _ in layers], [b for _, b in layers]
+
+
+def _box_bounds(action_space: Any) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray(action_space.low, np.float32), np.asarray(action_space.high, np.float32)
+
+
+def describe(algo: str, config: Any, obs_shape: tuple[int, ...], action_space: Any, policy_params: Any) -> Policy:
+    """The `Policy` of one seed from its policy params (`Algorithm.policy(state)` on device, or
+    `ActorLearner.policy(learner)` on the host: the same trees), for the algorithm's config and env."""
+    obs_shape = tuple(int(d) for d in obs_shape)
+    what = f"{algo} policy"
+    if algo in ("td3", "sac"):  # the actor: HeadMLP_0 = Dense chain, then tanh (SAC: of the mean half)
+        head_mlp = _node(policy_params, ("params", "HeadMLP_0"), what)
+        layers = [_dense(head_mlp[name]) for name in _numbered(head_mlp, "Dense")]
+        stack = DenseStack(tuple(k for k, _ in layers), tuple(b for _, b in layers), config.activation)
+        low, high = _box_bounds(action_space)
+        take = low.shape[0]
+        center, half_range = (high + low) / 2.0, (high - low) / 2.0  # as `offpolicy.loop.to_env`
+        return Policy(obs_shape, None, None, stack, Head(False, take, True, center, half_range))
+
+    if algo == "ppo":
+        params, obs_stats = policy_params.params, policy_params.obs_stats
+        conv = config.torso == "auto" and len(obs_shape) == 3  # `nets.make_torso`
+        root = _node(params, ("params",), what)
+        conv_layer, kernels, biases = _torso(root, conv, config.activation, what)
+        head_kernel, head_bias = _dense(_node(root, ("Dense_0",), what))  # the actor's head (Dense_1: value)
+        stack = DenseStack(tuple(kernels) + (head_kernel,), tuple(biases) + (head_bias,), config.activation)
+        norm = None
+        if obs_stats is not None:
+            var = np.asarray(obs_stats.var, np.float32)
+            norm = ObsNorm(np.asarray(obs_stats.mean, np.float32), np.sqrt(var + np.float32(1e-8)), 10.0)
+        if hasattr(action_space, "n"):
+            head = Head(True)
+        else:
+            low, high = _box_bounds(action_space)
+            head = Head(False, low.shape[0], low=low, high=high)
+        return Policy(obs_shape, norm, conv_layer, stack, head)
+
+    if algo == "dqn":
+        conv = len(obs_shape) == 3
+        root = _node(policy_params, ("params",), what)
+        conv_layer, kernels, biases = _torso(root, conv, config.activation, what)
+        head_kernel, head_bias = _dense(_node(root, ("Dense_0",), what))
+        stack = DenseStack(tuple(kernels) + (head_kernel,), tuple(biases) + (head_bias,), config.activation)
+        return Policy(obs_shape, None, conv_layer, stack, Head(True))
+
+    cfg.fail("algo", algo, "has no exporter (sparqrl export knows ppo, dqn, td3 and sac)")
+
+
+# ---- runs on disk ---------------------------------------------------------------------------------
+
+
+def load_policy(run_dir: str | Path, seed: int) -> tuple[Policy, Reference, RunInfo]:
+    """Seed `seed`'s policy of the run in `run_dir` (its newest intact checkpoint), the library's own
+    deterministic action for it (what `sparqrl.load(run_dir).act` runs), and facts about the run.
+    `seed` is range-checked (ConfigError) before any tracing."""
+    import jax
+
+    from sparqrl.envs import is_host_env
+    from sparqrl.runners.rundir import open_run_dir
+
+    rundir, algo_name, algo_config, run = open_run_dir(run_dir, "run_dir")
+    if is_host_env(run.env):
+        from sparqrl.runners import sebulba
+        from sparqrl.runners.session import saved_state
+
+        prepared = sebulba.Prepared(algo_name, algo_config, run)
+        _check_seed(seed, run.seeds)
+        params = prepared.policy_fn(saved_state(rundir, prepared.learner_shape))
+        spec = prepared.spec
+        obs_shape, action_space, config = tuple(spec.observation_shape), spec.action_space, prepared.config
+        act_one = sebulba.greedy_policy(prepared.al, len(obs_shape))
+        members = run.seeds
+    else:
+        from sparqrl.runners.anakin import load_state
+
+        algo_name, config, run, env, driver, state = load_state(run_dir)
+        members = driver.members
+        _check_seed(seed, members)
+        params = jax.vmap(driver.algo.policy)(state)
+        obs_shape, action_space = tuple(env.observation_shape), env.action_space
+        key = jax.random.PRNGKey(0)  # the deterministic action ignores it
+        algo = driver.algo
+        act_one = jax.vmap(lambda p, o: algo.act(p, o, key), in_axes=(None, 0))
+
+    one = jax.tree.map(lambda x: np.asarray(x[seed]), params)
+    act = jax.jit(act_one)
+    policy = describe(algo_name, config, obs_shape, action_space, one)
+    info = RunInfo(algo_name, run.env, int(members), str(getattr(config, "sparse", "dense")))
+    return policy, lambda obs: np.asarray(act(one, np.asarray(obs, np.float32))), info
+
+
+def _check_seed(seed: Any, seeds: int) -> None:
+    cfg.require(isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < seeds, "seed", seed,
+                f"must be an integer in [0, {seeds}) (the run's trained policies)")
