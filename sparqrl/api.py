@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from sparqrl import config as cfg
+from sparqrl import config as cfg, presets
 from sparqrl.algos import ALGORITHMS, get_algorithm
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.telemetry.logger import read_metrics
@@ -74,11 +74,18 @@ def _strings(values: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in values.items()}
 
 
-def train(algo: str, env: str, *, steps: int, seeds: int = 1, out: str | Path | None = None, overwrite: bool = False,
+def train(algo: str, env: Any, *, steps: int, seeds: int = 1, out: str | Path | None = None, overwrite: bool = False,
           resume: bool = False, callback: Callback | None = None, progress: bool = False,
           **options: Any) -> Run:
-    """Train `algo` (ppo, dqn, td3, sac) on `env` (a gymnax id, brax:NAME or gym:NAME) for `steps` env steps
-    per seed, `seeds` seeds side by side.
+    """Train `algo` (ppo, dqn, td3, sac) on `env` for `steps` env steps per seed, `seeds` seeds side by side.
+
+    env: a name (a gymnax id, brax:NAME, gym:NAME, gym:MODULE:CLASS, jax:MODULE:ATTR), or your own environment
+    object: a gymnasium.Env subclass or zero-argument factory (stepped on the host: dqn, td3, sac), or a JAX
+    env (sparqrl's `Env` protocol, or a gymnax Environment instance, class or factory; on the device). An
+    object a new process can import (defined at module level of an importable module) is recorded by that
+    name; any other (a lambda, a local class) trains, but `load`/`eval` in a new process then need it
+    again (`sparqrl.load(DIR, env=obj)`). Pass `imports=("my_module",)` to import modules first (e.g. one
+    registering a Gymnasium id).
 
     out: the run folder (default: a new temporary folder). overwrite: replace a sparqrl run already there.
     resume: continue the run in `out` from its checkpoint, with its saved config (the other arguments but
@@ -87,9 +94,14 @@ def train(algo: str, env: str, *, steps: int, seeds: int = 1, out: str | Path | 
     eval_every, eval_episodes, energy, ...) and `algo`'s config fields (lr, num_envs, hidden, ...).
     """
     from sparqrl import runners
+    from sparqrl.envs.custom import name_for
 
     cfg.one_of("algo", algo, ALGORITHMS)
     run_options, algo_options = _split_options(algo, options)
+    if "imports" in run_options:  # module names, joined: str() of a tuple of strings would keep the quotes
+        imports = run_options["imports"]
+        run_options["imports"] = imports if isinstance(imports, str) else ",".join(map(str, imports))
+    env = env if isinstance(env, str) else name_for(env)
     if out is None:
         cfg.require(not resume, "resume", resume, "needs out=, the folder of the run to continue")
         out = tempfile.mkdtemp(prefix=f"sparqrl-{algo}-")
@@ -97,7 +109,10 @@ def train(algo: str, env: str, *, steps: int, seeds: int = 1, out: str | Path | 
     # the CLI's conversions and checks, from the values' string forms (3e-4, (64, 64), True, None)
     run = cfg.override(RunConfig(), _strings(
         {**run_options, "env": env, "seeds": seeds, "out": out, "overwrite": overwrite, "progress": progress}))
-    config = cfg.override(get_algorithm(algo).Config(), _strings({**algo_options, "total_timesteps": steps}))
+    preset = presets.find(algo, run.env, run.preset)  # the env's tuned values under the caller's own
+    run = dataclasses.replace(run, preset=presets.name_of(preset))
+    config = cfg.override(presets.apply(preset, get_algorithm(algo).Config()),
+                          _strings({**algo_options, "total_timesteps": steps}))
 
     def on_chunk(chunks: int, metrics: dict[str, Any]) -> None:
         if callback is not None and callback({"chunk": chunks, **metrics}) is False:
@@ -126,28 +141,34 @@ class Agent:
     """
 
     def __init__(self, path: Path, algo: str, config: Any, run: RunConfig, obs_shape: tuple[int, ...],
-                 params: Any, act_one: Callable[[Any, Any], Any]):
+                 params: Any, act_one: Callable[[Any, Any, Any], Any], sample_one: Callable[[Any, Any, Any], Any]):
+        """act_one / sample_one: (one seed's policy params, ONE observation, key) -> the deterministic / the
+        exploring action."""
         self.path, self.algo, self.config, self.run = path, algo, config, run
         self.env, self.obs_shape = run.env, obs_shape
         import jax
 
-        self._params, self._act_one = params, act_one
+        self._params, self._one = params, {True: act_one, False: sample_one}
         self.seeds = int(jax.tree.leaves(params)[0].shape[0])
-        self._act: dict[bool, Callable] = {}
+        self._act: dict[tuple[bool, bool], Callable] = {}
+        self._key = jax.random.PRNGKey(0)
 
     def __repr__(self) -> str:
         return f"Agent({self.algo} on {self.env}, {self.seeds} seed(s), from {self.path})"
 
-    def act(self, obs: Any, seed: int = 0, deterministic: bool = True) -> np.ndarray:
+    def act(self, obs: Any, seed: int = 0, deterministic: bool = True, key: Any = None) -> np.ndarray:
         """The action of seed `seed`'s policy for one observation [*obs_shape] or a batch [B, *obs_shape].
 
-        deterministic: the greedy / mean action, the one evaluation uses. Sampling is not offered yet: it
-        needs each algorithm's exploration (epsilon, Gaussian noise, the policy's distribution).
+        deterministic: True, the greedy / mean action, the one evaluation uses; False, an exploring action
+        as training draws it once past its warm-up: PPO samples its policy, DQN is epsilon-greedy at its final
+        epsilon (on a host env: Ape-X's first actor slot's epsilon), TD3 adds its Gaussian exploration noise,
+        SAC samples its squashed Gaussian.
+        key: for the draw, a JAX PRNG key or an int; default: the agent's own stream (a new draw each call,
+        starting from the same one at each `load`).
         """
         import jax
 
-        cfg.require(deterministic is True, "deterministic", deterministic,
-                    "only True is supported (the greedy / mean action)")
+        cfg.require(isinstance(deterministic, bool), "deterministic", deterministic, "must be True or False")
         cfg.require(isinstance(seed, int) and 0 <= seed < self.seeds, "seed", seed,
                     f"must be an integer in [0, {self.seeds}) (the run's trained policies)")
         try:
@@ -157,28 +178,51 @@ class Agent:
         batched = obs.shape[1:] == self.obs_shape
         cfg.require(obs.shape == self.obs_shape or batched, "obs", f"shape {obs.shape}",
                     f"must be {self.obs_shape} or [batch, *{self.obs_shape}]")
-        if batched not in self._act:
-            one = self._act_one
-            self._act[batched] = jax.jit(jax.vmap(one, in_axes=(None, 0)) if batched else one)
+        if key is None:
+            self._key, key = jax.random.split(self._key)
+        elif isinstance(key, int):
+            key = jax.random.PRNGKey(key)
+        if (deterministic, batched) not in self._act:
+            one = self._one[deterministic]
+            self._act[deterministic, batched] = jax.jit(jax.vmap(one, in_axes=(None, 0, 0)) if batched else one)
+        keys = jax.random.split(key, len(obs)) if batched else key
         params = jax.tree.map(lambda x: x[seed], self._params)
-        return np.asarray(self._act[batched](params, obs))
+        return np.asarray(self._act[deterministic, batched](params, obs, keys))
 
-    def evaluate(self, episodes: int = 10, seed: int | None = None) -> dict[str, Any]:
-        """Deterministic episodes per trained policy in the run's environment, as `sparqrl eval`:
-        {"return_mean", "return_std", "return_per_seed", ...}."""
+    def evaluate(self, episodes: int = 10, seed: int | None = None, env: Any = None) -> dict[str, Any]:
+        """Deterministic episodes per trained policy, as `sparqrl eval`: {"env", "episodes_per_seed",
+        "return_mean", "return_std", "return_per_seed"}.
+
+        env: None, the run's environment; else a name or environment object as `train` takes, whose
+        observation shape and action space must be the run's (a one-line error names both otherwise).
+        seed: the evaluation seed (default: the run's).
+        """
         from sparqrl import runners
 
-        return runners.evaluate_saved(self.path, episodes, seed)
+        if env is None:
+            return runners.evaluate_saved(self.path, episodes, seed)
+        return runners.evaluate_policy(self.run, self._params, self._one[True], env, episodes, seed)
 
 
-def load(run_dir: str | Path) -> Agent:
-    """The trained policies of the run in `run_dir` (its newest intact checkpoint), for `act` and `evaluate`."""
+def load(run_dir: str | Path, env: Any = None) -> Agent:
+    """The trained policies of the run in `run_dir` (its newest intact checkpoint), for `act` and `evaluate`.
+
+    env: the environment object of a run trained on one that a new process cannot import (a lambda, a local
+    class: see `train`); other runs rebuild theirs by name (`Agent.evaluate(env=...)` evaluates elsewhere).
+    """
     import jax
 
-    from sparqrl.envs import is_host_env
+    from sparqrl.envs import custom, is_host_env
     from sparqrl.runners.rundir import open_run_dir
 
     rundir, algo_name, algo_config, run = open_run_dir(run_dir, "run_dir")
+    if env is not None and custom.is_local(run.env):
+        custom.bind(run.env, env)
+    elif env is not None:
+        same = env == run.env if isinstance(env, str) else custom.name_for(env) == run.env
+        cfg.require(same, "env", env if isinstance(env, str) else repr(env),
+                    f"must be the run's own environment ({run.env}), which is rebuilt by name: leave env out "
+                    "(agent.evaluate(env=...) evaluates on another)")
     if is_host_env(run.env):
         from sparqrl.envs import host_spec
         from sparqrl.runners import sebulba
@@ -187,14 +231,14 @@ def load(run_dir: str | Path) -> Agent:
         prepared = sebulba.Prepared(algo_name, algo_config, run)
         params = prepared.policy_fn(saved_state(rundir, prepared.learner_shape))
         obs_shape = tuple(host_spec(run.env).observation_shape)
+        greedy = sebulba.greedy_policy(prepared.al, len(obs_shape))
         return Agent(Path(run_dir), algo_name, prepared.config, run, obs_shape, params,
-                     sebulba.greedy_policy(prepared.al, len(obs_shape)))
+                     lambda p, obs, key: greedy(p, obs), sebulba.sampling_policy(prepared.al, len(obs_shape)))
 
     from sparqrl.runners.anakin import load_state
 
     algo_name, algo_config, run, env, driver, state = load_state(run_dir)
     algo = driver.algo
     params = jax.vmap(algo.policy)(state)
-    key = jax.random.PRNGKey(0)  # the deterministic action ignores it
-    return Agent(Path(run_dir), algo_name, algo_config, run, tuple(env.observation_shape), params,
-                 lambda p, obs: algo.act(p, obs, key))
+    return Agent(Path(run_dir), algo_name, algo_config, run, tuple(env.observation_shape), params, algo.act,
+                 algo.sample)

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Generic, Sequence, TypeVar
 
 import tyro
 
-from sparqrl import config as cfg
+from sparqrl import config as cfg, presets
 from sparqrl.algos import ALGORITHMS, get_algorithm
 
 C = TypeVar("C")
@@ -84,9 +84,20 @@ def apply_overrides(run: RunConfig, config, steps: int | None, items: Sequence[s
     return run, config
 
 
+def _parse_with_preset(algo_name: str, argv: list[str]) -> tuple[RunConfig, Any]:
+    """The run and algorithm configs `argv` gives over the algorithm's defaults, or over its preset for the
+    environment (`sparqrl.presets`, `--preset`): the flags parsed once for the env, then over the preset."""
+    run, config = _parse(algo_name, argv, RunConfig(), get_algorithm(algo_name).Config())
+    preset = presets.find(algo_name, run.env, run.preset)
+    if preset is not None:
+        run, config = _parse(algo_name, argv, RunConfig(), presets.apply(preset, get_algorithm(algo_name).Config()))
+    return dataclasses.replace(run, preset=presets.name_of(preset)), config
+
+
 def _parse(algo_name: str, argv: list[str], run: RunConfig, config: Any) -> tuple[RunConfig, Any]:
     """The run and algorithm configs `argv` gives, over the defaults `run` and `config`."""
     module = get_algorithm(algo_name)
+    argv = _with_imports(argv)
     args = _quiet_tyro(TrainArgs[module.Config], argv, f"sparqrl train {algo_name}", TrainArgs(run=run, config=config))
     return apply_overrides(args.run, args.config, args.steps, args.set)
 
@@ -145,6 +156,12 @@ def _take(argv: list[str], flag: str, *, repeat: bool = False) -> tuple[list[str
     return values, rest
 
 
+def _with_imports(argv: list[str]) -> list[str]:
+    """`--import MODULE` (repeatable) as the run's `--imports MODULE...` (RunConfig.imports)."""
+    modules, rest = _take(argv, "--import", repeat=True)
+    return rest + ["--imports", *modules] if modules else rest
+
+
 def wants_help(argv: list[str]) -> bool:
     return bool(argv) and argv[0] in ("-h", "--help")
 
@@ -181,7 +198,8 @@ def load_config(algo_name: str, path: str) -> tuple[RunConfig, Any]:
                                         f"{error})")
     saved = data.get("algo", algo_name)
     cfg.require(saved == algo_name, "--load-config", path, f"holds a {saved} config, not {algo_name}")
-    return RunConfig(env=data.get("run", {}).get("env", RunConfig.env)), config
+    saved_run = data.get("run", {})
+    return RunConfig(env=saved_run.get("env", RunConfig.env), imports=tuple(saved_run.get("imports", ()))), config
 
 
 def _train(argv: list[str]) -> int:
@@ -195,8 +213,13 @@ def _train(argv: list[str]) -> int:
     else:
         algo_name, rest = _algo(argv)
         loaded, rest = _take(rest, "--load-config")
-        run, config = load_config(algo_name, loaded[0]) if loaded else (RunConfig(), get_algorithm(algo_name).Config())
-        run, config = _parse(algo_name, rest, run, config)
+        if loaded:  # the file's config is whole: no preset under it
+            run, config = _parse(algo_name, rest, *load_config(algo_name, loaded[0]))
+            cfg.require(run.preset in ("auto", "none"), "--preset", run.preset,
+                        "cannot be used with --load-config, whose file gives the whole config")
+            run = dataclasses.replace(run, preset="none")
+        else:
+            run, config = _parse_with_preset(algo_name, rest)
         if signals.requested():  # Ctrl-C while the command started: nothing written yet
             raise KeyboardInterrupt
         summary = runners.train(algo_name, config, run)
@@ -219,8 +242,9 @@ def _sweep(argv: list[str]) -> int:
         grid, rest = _take(rest, "--grid", repeat=True)
         random, rest = _take(rest, "--random", repeat=True)
         samples, rest = _take(rest, "--samples")
-        run, config = _parse(algo_name, rest, RunConfig(), get_algorithm(algo_name).Config())
-        cfg.require(not is_host_env(run.env), "env", run.env, "a sweep runs on the device: a gymnax id or brax:NAME")
+        run, config = _parse_with_preset(algo_name, rest)
+        cfg.require(not is_host_env(run.env), "env", run.env,
+                    "a sweep runs on the device: a gymnax id, brax:NAME or jax:MODULE:ATTR")
         cfg.require(not samples or samples[0].isdigit(), "--samples", samples[0] if samples else "",
                     "must be a positive integer")
         count = int(samples[0]) if samples else None
@@ -271,12 +295,31 @@ class OneLineParser(argparse.ArgumentParser):
 def _eval(argv: list[str]) -> int:
     from sparqrl import runners
 
-    parser = OneLineParser(prog="sparqrl eval", description="Evaluate the saved policy of a run.")
+    parser = OneLineParser(prog="sparqrl eval", description="Evaluate the saved policy of a run, or record a video "
+                                                            "of it (--video).")
     parser.add_argument("dir", help="output directory of a run")
-    parser.add_argument("--episodes", type=int, default=None, help="episodes per seed (default: the run's)")
-    parser.add_argument("--seed", type=int, default=None, help="evaluation seed (default: the run's)")
+    parser.add_argument("--episodes", type=int, default=None,
+                        help="episodes per seed (default: the run's); with --video, episodes recorded (default: 1)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="evaluation seed (default: the run's); with --video, episode e starts from seed + e")
+    parser.add_argument("--video", metavar="OUT.mp4", default=None,
+                        help="record deterministic episodes of one trained policy into this MP4 instead of "
+                             "evaluating (gym:ID envs that render, brax:NAME, gymnax classic control)")
+    parser.add_argument("--video-seed", type=int, default=None,
+                        help="with --video: which of the run's trained policies (seeds) acts (default: 0)")
+    parser.add_argument("--overwrite", action="store_true", help="with --video: replace an existing file")
     args = parser.parse_args(argv)
-    print(json.dumps(runners.evaluate_saved(args.dir, args.episodes, args.seed), indent=2))
+    if args.video is None:
+        cfg.require(args.video_seed is None, "--video-seed", args.video_seed, "is only used with --video")
+        cfg.require(not args.overwrite, "--overwrite", True, "is only used with --video")
+        print(json.dumps(runners.evaluate_saved(args.dir, args.episodes, args.seed), indent=2))
+        return 0
+    from sparqrl.video import record
+
+    recording = record(args.dir, args.video, episodes=1 if args.episodes is None else args.episodes,
+                       policy_seed=0 if args.video_seed is None else args.video_seed, seed=args.seed,
+                       overwrite=args.overwrite)
+    print(json.dumps(dataclasses.asdict(recording), indent=2))
     return 0
 
 

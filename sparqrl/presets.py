@@ -70,6 +70,13 @@ def apply(preset: Preset | None, config: Any) -> Any:
     return config if preset is None else dataclasses.replace(config, **preset.fields)
 
 
+def describe(name: str, config: Any, env: str) -> str:
+    """The line a run prints about the preset it uses: its values as the run has them (the user's win)."""
+    preset = next(p for p in PRESETS if p.name == name)
+    used = ", ".join(f"{k}={getattr(config, k)}" for k in preset.fields)
+    return f"preset {name} for {env}: {used} (--preset none: the algorithm's defaults)"
+
+
 def name_of(preset: Preset | None) -> str:
     """What a run records in `run.preset`."""
     return "none" if preset is None else preset.name

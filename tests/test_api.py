@@ -65,6 +65,23 @@ def test_load_acts_as_the_librarys_deterministic_policy(ppo_run):
     assert agent.evaluate(episodes=2) == runners.evaluate_saved(run.path, 2)
 
 
+def test_act_samples_as_the_library_does(ppo_run):
+    """deterministic=False draws the algorithm's own exploring action (`Algorithm.sample`) with the given key;
+    without a key, each call draws anew from the agent's stream."""
+    run, _ = ppo_run
+    agent = sparqrl.load(run.path)
+    _, _, _, _, driver, state = runners.anakin.load_state(run.path)
+    policy = driver.algo.policy(jax.tree.map(lambda x: x[1], state))
+    obs = np.repeat(np.random.default_rng(1).normal(size=(1, 4)).astype(np.float32), 4000, axis=0)
+    keys = jax.random.split(jax.random.PRNGKey(3), len(obs))
+    expected = np.array([int(driver.algo.sample(policy, o, k)) for o, k in zip(obs[:50], keys[:50])])
+    draws = agent.act(obs, seed=1, deterministic=False, key=3)
+    np.testing.assert_array_equal(draws[:50], expected)
+    greedy = int(agent.act(obs[0], seed=1))
+    assert 0.5 <= (draws == greedy).mean() < 1.0  # two actions: the greedy one is the likelier, not the only one
+    assert not np.array_equal(agent.act(obs, seed=1, deterministic=False), agent.act(obs, seed=1, deterministic=False))
+
+
 def test_a_callback_returning_false_stops_with_a_checkpoint_and_resume_finishes(ppo_run, tmp_path):
     run, _ = ppo_run
     out = tmp_path / "cut"
@@ -92,7 +109,7 @@ def test_bad_input_is_a_config_error(call, words):
 def test_act_checks_its_input(ppo_run):
     agent = sparqrl.load(ppo_run[0].path)
     for kwargs, words in (({"obs": np.zeros(5)}, "obs"), ({"obs": np.zeros(4), "seed": 2}, "seed=2"),
-                          ({"obs": np.zeros(4), "deterministic": False}, "deterministic")):
+                          ({"obs": np.zeros(4), "deterministic": "no"}, "deterministic")):
         with pytest.raises(ConfigError, match=words):
             agent.act(**kwargs)
 
@@ -109,6 +126,21 @@ def test_load_a_host_run_acts_without_ray(tmp_path):
                         learning_starts=200, batch_size=32, hidden=(32, 32), fragment_steps=4,
                         chunks=2, eval_episodes=1)
     code = (f"import sys, numpy as np, sparqrl; a = sparqrl.load({str(run.path)!r}); "
-            "print(a.act(np.zeros(4)), a.act(np.zeros((3, 4))).shape, 'ray' in sys.modules)")
+            "g = a.act(np.zeros(4)); d = a.act(np.zeros((4000, 4)), deterministic=False, key=0); "
+            "print(g, a.act(np.zeros((3, 4))).shape, 'ray' in sys.modules, (d != g).mean())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out[0] in ("0", "1") and out[1:] == ["(3,)", "False"], out
+    assert out[0] in ("0", "1") and out[1:3] == ["(3,)", "False"], out
+    assert abs(float(out[3]) - 0.4 / 2) < 0.03  # Ape-X's first slot: epsilon 0.4, half of it the other action
+
+
+def test_td3_samples_its_exploration_noise_around_the_mean_action(tmp_path):
+    run = sparqrl.train("td3", "Pendulum-v1", steps=1000, out=tmp_path / "td3", energy=False, chunks=2,
+                        eval_episodes=1, learning_starts=200, batch_size=32, hidden=(32, 32))
+    agent = sparqrl.load(run.path)
+    obs = np.zeros((3000, 3), np.float32)
+    mean, draws = agent.act(obs[0]), agent.act(obs, deterministic=False, key=0)
+    assert draws.shape == (3000, 1) and np.all(np.abs(draws) <= 2.0)
+    inside = np.abs(draws[:, 0]) < 2.0  # not clipped at the bounds [-2, 2]
+    noise = draws[inside, 0] - mean[0]
+    # Gaussian noise of std exploration_noise on the [-1, 1] action, scaled by the half-range 2
+    assert abs(noise.std() - 2.0 * agent.config.exploration_noise) < 0.05 and abs(np.median(noise)) < 0.05

@@ -1,5 +1,6 @@
 """Environments: gymnax ids run on device, `brax:NAME` runs Brax on device, `gym:ID` runs
-Gymnasium on the host.
+Gymnasium on the host; a user's own runs as `gym:MODULE:ATTR` (host) or `jax:MODULE:ATTR` (device),
+see `sparqrl.envs.custom`.
 
 `make_env(name)` returns a device `Env` wrapped with episode statistics; a host env is described by
 `host_spec(name)` and stepped by `HostVecEnv` in the actor-learner runner. An unknown name is a
@@ -53,7 +54,16 @@ def env_names() -> list[str]:
 
 
 def validate_env_name(name: str) -> None:
-    """Raise a `ConfigError` for an unknown environment name, listing the close matches."""
+    """Raise a `ConfigError` for an unknown environment name, listing the close matches. A user's own
+    (`gym:MODULE:ATTR`, `jax:MODULE:ATTR`) is imported and looked up; building and checking it is left to
+    `make_env` / `host_spec`."""
+    if not isinstance(name, str):
+        raise ConfigError(f"env={name!r} must be an environment name (a string)")
+    from sparqrl.envs import custom
+
+    if custom.is_custom(name):
+        custom.resolve_name_only(name)
+        return
     if not is_host_env(name) and name in device_env_names():
         return  # (Gymnasium's registry is read only for a gym: name or a misspelt one)
     names = env_names()
@@ -69,6 +79,10 @@ def make_env(name: str) -> Env:
             f"env={name!r} is a host (Gymnasium) environment: it runs through the actor-learner "
             "runner (HostVecEnv), not make_env, which builds device environments only"
         )
+    from sparqrl.envs import custom
+
+    if custom.is_custom(name):
+        return EpisodeStats(custom.device_env(name))
     if name.startswith("brax:"):
         from sparqrl.envs.brax_env import make_brax
 

@@ -60,7 +60,24 @@ class StepOut(NamedTuple):
 
 
 class Env(Protocol):
-    """A single auto-resetting environment as pure functions (jit- and vmap-safe)."""
+    """A single auto-resetting environment as pure functions (jit- and vmap-safe).
+
+    Your own JAX environment follows this protocol to run on the device (`--env jax:MODULE:ATTR`, or the
+    object itself in `sparqrl.train`; a gymnax `Environment` works as it is):
+
+    - `observation_shape`: one observation's shape; `action_space`: `Discrete(n)` (int32 actions 0..n-1) or
+      `Box(low, high)` (float32 actions of shape [len(low)]); `max_episode_steps`: an int, the longest an
+      episode lasts (evaluation runs that many steps); `name` (optional: sparqrl names it).
+    - `reset(key) -> (obs, state)`: obs of `observation_shape`, any numeric dtype (cast to float32); state
+      any pytree.
+    - `step(key, state, action) -> StepOut`: one action of ONE env (sparqrl vmaps); reward, terminated and
+      truncated are scalars. When the episode ends the env resets itself: `obs` and `state` already start
+      the next episode and `final_obs` is the observation the episode ended on (elsewhere `final_obs` =
+      `obs`). `terminated`: a true end (no bootstrap); `truncated`: a time limit (bootstrap from final_obs;
+      ignored where terminated is set). `info`: a dict of arrays (may be empty).
+
+    It is checked by tracing one reset and one step (`jax.eval_shape`) before anything is compiled.
+    """
 
     name: str
     observation_shape: tuple[int, ...]

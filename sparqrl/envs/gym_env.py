@@ -1,4 +1,5 @@
-"""Gymnasium environments stepped on the host (`gym:NAME`), for the actor-learner (Sebulba) runner.
+"""Gymnasium environments stepped on the host (`gym:NAME`, or a user's own `gym:MODULE:ATTR`, see
+`sparqrl.envs.custom`), for the actor-learner (Sebulba) runner.
 
 Host environments (MuJoCo, Box2D, ...) cannot be jitted, so they do not implement the pure `Env`
 protocol. `HostVecEnv` steps a batch of them with numpy arrays and returns the same quantities as
@@ -16,8 +17,10 @@ from typing import Any, Callable, NamedTuple
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.wrappers import FlattenObservation, TimeLimit
 
 from sparqrl.config import ConfigError, close_matches
+from sparqrl.envs import custom
 from sparqrl.envs.core import HOST_PREFIX as PREFIX, Box, Discrete, Space, is_host_env
 
 # Used only for the few registered ids without a time limit, so every episode (and every
@@ -31,15 +34,51 @@ def gym_names() -> list[str]:
 
 
 def _make(name: str) -> gym.Env:
-    """One Gymnasium env for `gym:ID`, with a time limit, and no reward-changing wrappers."""
+    """One Gymnasium env for `gym:ID` (or a user's `gym:MODULE:ATTR`), with a time limit, no reward-changing
+    wrappers, and observations flattened to one Box where they are not one (`_prepare`)."""
+    if custom.is_custom(name):
+        return _prepare(name, custom.host_factory(name)())
     env_id = name.removeprefix(PREFIX)
     if not is_host_env(name) or env_id not in gym.registry:
         raise ConfigError(f"env={name!r} is not a known Gymnasium environment{close_matches(name, gym_names())}")
     limit = None if gym.registry[env_id].max_episode_steps else DEFAULT_MAX_EPISODE_STEPS
     try:
-        return gym.make(env_id, max_episode_steps=limit)
+        env = gym.make(env_id, max_episode_steps=limit)
     except gym.error.Error as error:  # e.g. DependencyNotInstalled for mujoco-py's -v2/-v3 ids
         raise ConfigError(f"env={name!r}: Gymnasium could not build it: {error}") from error
+    except Exception as error:  # noqa: BLE001 - a user's registered env raised in its constructor
+        raise ConfigError(f"env={name!r}: Gymnasium could not build it: {type(error).__name__}: {error}") from error
+    return _prepare(name, env)
+
+
+FLATTENED = (spaces.Dict, spaces.Tuple, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+"""Observation spaces flattened to one Box by Gymnasium's FlattenObservation (Discrete ones one-hot)."""
+
+
+def _prepare(name: str, env: gym.Env) -> gym.Env:
+    """Add a time limit where the env has none (every episode, and every evaluation, must end) and
+    flatten Dict/Tuple/Discrete/MultiDiscrete/MultiBinary observations into one Box."""
+    if _time_limit(env) is None:
+        env = TimeLimit(env, DEFAULT_MAX_EPISODE_STEPS)
+    obs_space = env.observation_space
+    if isinstance(obs_space, FLATTENED):
+        env = FlattenObservation(env)
+    elif not isinstance(obs_space, spaces.Box):
+        env.close()
+        raise ConfigError(f"env={name!r} has {obs_space} observations; sparqrl supports Box observations (and "
+                          "flattens Dict, Tuple, Discrete, MultiDiscrete and MultiBinary ones)")
+    return env
+
+
+def _time_limit(env: gym.Env) -> int | None:
+    """The env's time limit: its spec's, or that of a TimeLimit wrapper anywhere in it; None if neither."""
+    if env.spec is not None and env.spec.max_episode_steps:
+        return int(env.spec.max_episode_steps)
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, TimeLimit):
+            return int(env._max_episode_steps)
+        env = env.env
+    return None
 
 
 def _action_space(name: str, space: Any) -> Space:
@@ -47,7 +86,7 @@ def _action_space(name: str, space: Any) -> Space:
         return Discrete(int(space.n))
     if isinstance(space, spaces.Box):
         return Box.make(space.low, space.high, tuple(space.shape))
-    raise ConfigError(f"env={name!r} has {space} actions; sparqrl supports Box and Discrete")
+    raise ConfigError(f"env={name!r} has {space} actions; {custom.ACTIONS_SUPPORTED} (on the host: dqn, td3, sac)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,19 +103,75 @@ def _spec_of(name: str, env: gym.Env) -> HostSpec:
     obs_space = env.observation_space
     if not isinstance(obs_space, spaces.Box):
         raise ConfigError(f"env={name!r} has {obs_space} observations; sparqrl supports Box observations")
+    custom.check_obs_dtype(name, obs_space.dtype)
     return HostSpec(
         name=name,
         observation_shape=tuple(obs_space.shape),
         action_space=_action_space(name, env.action_space),
-        max_episode_steps=int(env.spec.max_episode_steps),
+        max_episode_steps=int(_time_limit(env)),
     )
 
 
+_checked: set[str] = set()  # names whose env `_check_api` has reset and stepped in this process
+
+
+def _check_api(name: str, env: gym.Env, spec: HostSpec) -> None:
+    """Reset and step the env once, through its own methods (under our wrappers), so that an env of the
+    old Gym API (reset returning obs only, step returning 4 values) or returning observations that are
+    not numbers of the declared shape is a one-line error before anything is compiled or written."""
+    raw, obs_space = env.unwrapped, env.unwrapped.observation_space
+
+    def call(what: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception as error:  # noqa: BLE001 - the user's code: one line, not a traceback
+            raise ConfigError(f"env={name!r}: {what} raised {type(error).__name__}: {error}") from None
+
+    def check_obs(what: str, obs: Any) -> None:
+        if not isinstance(obs_space, spaces.Box):  # flattened by us: it must fit its space
+            call(f"flattening the observation {what} returned", lambda: spaces.flatten(obs_space, obs))
+            return
+        try:
+            array = np.asarray(obs)
+        except Exception:  # noqa: BLE001 - e.g. ragged lists
+            array = np.asarray(obs, dtype=object)
+        custom.check_obs_dtype(name, array.dtype)
+        if array.shape != tuple(obs_space.shape):
+            raise ConfigError(f"env={name!r}: {what} returned observations of shape {array.shape}, not its "
+                              f"observation_space's {tuple(obs_space.shape)}")
+
+    out = call("reset(seed=0)", lambda: raw.reset(seed=0))
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
+        raise ConfigError(f"env={name!r}: reset must return (obs, info) as in Gymnasium; it returned "
+                          f"{_shown(out)} (an env of the old Gym API?)")
+    check_obs("reset", out[0])
+    action = call("action_space.sample()", raw.action_space.sample)
+    out = call("step(action)", lambda: raw.step(action))
+    if not (isinstance(out, tuple) and len(out) == 5):
+        raise ConfigError(f"env={name!r}: step must return (obs, reward, terminated, truncated, info) as in Gymnasium; "
+                          f"it returned {_shown(out)}" + (" (the old Gym API's obs, reward, done, info)"
+                                                          if isinstance(out, tuple) and len(out) == 4 else ""))
+    check_obs("step", out[0])
+    try:
+        float(out[1])
+    except (TypeError, ValueError):
+        raise ConfigError(f"env={name!r}: step's reward must be a number; it is {type(out[1]).__name__}") from None
+
+
+def _shown(value: Any) -> str:
+    return f"a tuple of {len(value)} values" if isinstance(value, tuple) else f"a {type(value).__name__}"
+
+
 def host_spec(name: str) -> HostSpec:
-    """Build one `gym:ID` env, read its spaces and time limit, and close it."""
+    """Build one `gym:ID` env, read its spaces and time limit, and close it. The first time in a process,
+    the env is also reset and stepped once (`_check_api`)."""
     env = _make(name)
     try:
-        return _spec_of(name, env)
+        spec = _spec_of(name, env)
+        if name not in _checked:
+            _check_api(name, env, spec)
+            _checked.add(name)
+        return spec
     finally:
         env.close()
 

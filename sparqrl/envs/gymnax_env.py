@@ -1,4 +1,5 @@
-"""Adapter from gymnax 1.x (six-value step with separate terminated/truncated) to `Env`."""
+"""Adapter from gymnax 1.x (six-value step with separate terminated/truncated) to `Env`: the registered
+gymnax ids (`make_gymnax`) and a user's own gymnax `Environment` (`wrap_gymnax`, with its default params)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,17 @@ import jax
 import jax.numpy as jnp
 from gymnax.environments import spaces
 
+from sparqrl.config import fail
 from sparqrl.envs.core import Box, Discrete, Space, StepOut
 
 
-def _space(space: Any) -> Space:
+def _space(space: Any, name: str = "") -> Space:
     if isinstance(space, spaces.Discrete):
         return Discrete(int(space.n))
     if isinstance(space, spaces.Box):
         return Box.make(space.low, space.high, tuple(space.shape))
-    raise ValueError(f"unsupported gymnax action space {space}")
+    fail("env", name, f"has gymnax {type(space).__name__} actions; sparqrl supports Discrete actions (dqn, ppo) and "
+                      "Box actions (td3, sac, ppo)")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -54,11 +57,21 @@ class GymnaxEnv:
 
 def make_gymnax(name: str) -> GymnaxEnv:
     env, params = gymnax.make(name)
+    return wrap_gymnax(name, env, params)
+
+
+def wrap_gymnax(name: str, env: Any, params: Any = None) -> GymnaxEnv:
+    """A gymnax `Environment` instance under the sparqrl name `name`, with `params` (default: its own
+    `default_params`) bound."""
+    params = env.default_params if params is None else params
+    obs_space = env.observation_space(params)
+    if not isinstance(obs_space, spaces.Box):
+        fail("env", name, f"has gymnax {type(obs_space).__name__} observations; sparqrl supports Box observations")
     return GymnaxEnv(
         name=name,
         env=env,
         params=params,
-        observation_shape=tuple(env.observation_space(params).shape),
-        action_space=_space(env.action_space(params)),
+        observation_shape=tuple(obs_space.shape),
+        action_space=_space(env.action_space(params), name),
         max_episode_steps=int(getattr(params, "max_steps_in_episode", 1000)),
     )

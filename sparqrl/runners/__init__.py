@@ -1,19 +1,21 @@
 """Runners drive algorithms: `anakin` runs everything on device in jitted chunks (gymnax, brax:NAME);
 `sebulba` runs host environments (gym:NAME) with actors and a jitted learner. Both run in the one host
-loop of `session`. `train`, `resume` and `evaluate_saved` pick the runner from the environment name."""
+loop of `session`. `train`, `resume` and `evaluate_saved` pick the runner from the environment name;
+`evaluate_policy` evaluates trained policies on another environment of the same spaces."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from sparqrl.config import require
 from sparqrl.envs import is_host_env
 from sparqrl.runners import anakin
 from sparqrl.runners.rundir import open_run_dir
 from sparqrl.runners.run_config import RunConfig
-from sparqrl.runners.session import RunFailed, RunInterrupted, finished_summary, notify, use_compile_cache
+from sparqrl.runners.session import (RunFailed, RunInterrupted, eval_summary, finished_summary, notify,
+                                     use_compile_cache)
 
 
 def _host_runner() -> Any:
@@ -56,4 +58,44 @@ def evaluate_saved(out_dir: str | Path, episodes: int | None = None, seed: int |
     return runner.evaluate_saved(rundir, algo_name, algo_config, run, episodes, seed)
 
 
-__all__ = ["RunConfig", "RunFailed", "RunInterrupted", "evaluate_saved", "resume", "train"]
+def evaluate_policy(run: RunConfig, params: Any, act: Callable[[Any, Any, Any], Any], env: Any, episodes: int,
+                    seed: int | None = None) -> dict:
+    """Evaluate trained policies on another environment `env` (a name or an env object, as `sparqrl.train`
+    takes): deterministic episodes per member. Returns what `evaluate_saved` does.
+
+    params: the policies, [members, ...] (a run's seeds; a sweep's settings x seeds); act(one member's params,
+    ONE observation, key) -> its deterministic action. The env's observation shape and action space must be
+    those of the run's env: checked before anything is compiled.
+    """
+    import jax
+    import numpy as np
+
+    from sparqrl.algos import evaluate
+    from sparqrl.envs import host_spec, make_env, validate_env_name
+    from sparqrl.envs.custom import name_for
+
+    require(isinstance(episodes, int) and episodes >= 1, "episodes", episodes, "must be an int >= 1")
+    name = env if isinstance(env, str) else name_for(env)
+    validate_env_name(name)
+    trained, target = (host_spec(n) if is_host_env(n) else make_env(n) for n in (run.env, name))
+    shapes = [(tuple(e.observation_shape), e.action_space) for e in (trained, target)]
+    require(shapes[0] == shapes[1], "env", name,
+            f"has observations of shape {shapes[1][0]} and {shapes[1][1]} actions; the policies were trained on "
+            f"{run.env}: observations {shapes[0][0]}, {shapes[0][1]} actions")
+    members = int(jax.tree.leaves(params)[0].shape[0])
+    key = jax.random.PRNGKey(0)  # the deterministic action ignores it
+    if is_host_env(name):
+        from sparqrl.envs import evaluate_host
+
+        batched = jax.jit(jax.vmap(act, in_axes=(None, 0, None)))
+        base = run.seed + 100 if seed is None else seed  # as the host runner's own evaluation
+        per_seed = np.array([evaluate_host(name, lambda o, i=i: np.asarray(
+            batched(jax.tree.map(lambda x: x[i], params), o, key)), episodes, base + i).mean() for i in range(members)])
+    else:
+        keys = anakin.member_keys(anakin.eval_keys(run.seed if seed is None else seed, run.seeds), members)
+        returns = jax.jit(jax.vmap(lambda p, k: evaluate(target, act, p, k, episodes)))(params, keys)
+        per_seed = np.asarray(returns).mean(axis=1)
+    return eval_summary(dataclasses.replace(run, env=name), episodes, per_seed)
+
+
+__all__ = ["RunConfig", "RunFailed", "RunInterrupted", "evaluate_policy", "evaluate_saved", "resume", "train"]

@@ -30,6 +30,7 @@ from sparqrl import quant
 from sparqrl.algos import get_algorithm
 from sparqrl.algos.base import ActorLearner, Step
 from sparqrl.envs import HostVecEnv, host_spec
+from sparqrl.envs.custom import import_modules
 
 # Actors are CPU processes with one thread each, as ActorQ's (torch.set_num_threads(1), GPUs hidden).
 ACTOR_ENV = {
@@ -71,6 +72,8 @@ class ActorSpec(NamedTuple):
     actors: int
     fragment_steps: int
     seed: int  # the run's base seed
+    imports: tuple[str, ...] = ()  # the run's `--import` modules: a Ray worker imports them before the env
+
 
 
 def make_actor_learner(algo: str, config: Any, env: str) -> ActorLearner:
@@ -81,6 +84,7 @@ class Actor:
     """One actor: host environments, the newest policy copy it has loaded, jitted exploration."""
 
     def __init__(self, spec: ActorSpec, actor_id: int, incarnation: int, reseed: int = 0):
+        import_modules(spec.imports)  # (a no-op in the driver's process, where they are imported)
         al = make_actor_learner(spec.algo, spec.config, spec.env)
         acting, n = al.acting, al.num_envs
         self.spec, self.actor_id, self.incarnation = spec, actor_id, incarnation

@@ -24,16 +24,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from sparqrl import config as cfg
+from sparqrl import config as cfg, presets
 from sparqrl.algos import Algorithm, evaluate, get_algorithm
 from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM, HParams, hparams_of, traced_fields, with_hparams
 from sparqrl.envs import Env, make_env
+from sparqrl.envs.custom import program_key
 from sparqrl.devices import seed_spread
 from sparqrl.runners.programs import Program, build_program
 from sparqrl.runners.rundir import RunDir, open_run_dir, saved_sweep, start_run_dir
 from sparqrl.runners import sweep
 from sparqrl.runners.run_config import RunConfig
-from sparqrl.runners.session import (ChunkHook, check_memory, chunk_bounds, eval_summary, program_store, run_session,
+from sparqrl.runners.session import (ChunkHook, check_memory, chunk_bounds, eval_summary, notify, program_store, run_session,
                                      saved_state)
 
 
@@ -162,7 +163,9 @@ class AnakinDriver:
         `settings`: a sweep's, which name its members in messages."""
         self.algo_at, self.env, self.run, self.sweep = algo_at, env, run, sweep
         self.algo = algo_at({})  # at the config's own values: the static facts (update count, summary)
-        self.describe = f"{describe} env={run.env} eval_episodes={run.eval_episodes}"  # what the programs close over
+        # what the programs close over; a user's own env by its code too (None: a local object, never stored)
+        self.env_key = program_key(run.env)
+        self.describe = f"{describe} env={self.env_key} eval_episodes={run.eval_episodes}"
         self.bounds = chunk_bounds(self.algo.num_updates, run.chunks)
         self.env_steps_per_update = self.algo.env_steps_per_update
         self.compile_time_s = 0.0
@@ -188,7 +191,7 @@ class AnakinDriver:
         start = time.perf_counter()
         env, run, sharding = self.env, self.run, self.sharding
         seeds, replicated = PartitionSpec("seeds"), PartitionSpec()
-        store = program_store() if run.compile_cache else None
+        store = program_store() if run.compile_cache and self.env_key is not None else None
 
         def build(name: str, fn: Callable, in_specs: tuple, out_specs: Any, *args: Any) -> Program:
             return build_program(name, per_device(fn, sharding, in_specs, out_specs), args, describe=self.describe,
@@ -279,6 +282,8 @@ def train(algo_name: str, algo_config: Any, run: RunConfig, *, settings: list[di
         check_settings(algo_config, env, settings)
     driver = make_driver(algo_name, module, algo_config, env, run, settings)
     check_memory(driver.abstract_state(), run)
+    if run.preset not in ("auto", "none"):  # said once every check has passed
+        notify(presets.describe(run.preset, algo_config, run.env))
     rundir = start_run_dir(algo_name, algo_config, run, sweep=settings)
     return run_session(rundir, run, algo_name, driver, resuming=False, on_chunk=on_chunk)
 

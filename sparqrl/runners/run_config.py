@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from sparqrl import config as cfg
+from sparqrl import config as cfg, presets
 from sparqrl.envs import validate_env_name
+from sparqrl.envs.custom import import_modules
 from sparqrl.telemetry.energy import validate_country
 
 MAX_SEEDS = 65_536
@@ -19,7 +20,17 @@ class RunConfig:
 
     env: str = "CartPole-v1"
     """Environment: a gymnax id (e.g. CartPole-v1, Breakout-MinAtar) or brax:NAME (e.g. brax:ant), both on
-    device; or gym:NAME (e.g. gym:HalfCheetah-v5), a Gymnasium environment stepped on the host (td3, sac)."""
+    device; or gym:NAME (e.g. gym:HalfCheetah-v5), a Gymnasium environment stepped on the host (dqn, td3, sac).
+    Your own: gym:MODULE:CLASS (a gymnasium.Env subclass or zero-argument factory, on the host) or
+    jax:MODULE:ATTR (an env with sparqrl's Env protocol or a gymnax Environment, on the device)."""
+    imports: tuple[str, ...] = ()
+    """Modules imported before the environment is resolved, e.g. one that registers the Gymnasium id that
+    env names (on the command line: --import MODULE, repeatable). Recorded, so eval and resume import them
+    too."""
+    preset: str = "auto"
+    """Tuned hyperparameters for the environment (`sparqrl.presets`: ppo-minatar for *-MinAtar, ppo-brax for
+    brax:NAME): auto, the environment's preset where there is one; none, the algorithm's defaults; or a
+    preset's name. Fields you set win over it. A run records the one it used (auto resolved)."""
     seeds: int = 1
     """Independent seeds trained at once in one vmapped program (sharded over devices)."""
     seed: int = 0
@@ -85,7 +96,9 @@ class RunConfig:
         cfg.check_numbers(self)
         cfg.require(self.seeds <= MAX_SEEDS, "seeds", self.seeds,
                     f"must be <= {MAX_SEEDS:,} in one run (each seed is a copy of the whole training state)")
+        import_modules(self.imports)  # first: they may register the env's id
         validate_env_name(self.env)
+        cfg.one_of("preset", self.preset, presets.CHOICES)
         for name in ("seeds", "chunks", "eval_episodes", "checkpoint_every"):
             cfg.require(getattr(self, name) >= 1, name, getattr(self, name), "must be >= 1")
         cfg.require(self.eval_every >= 0, "eval_every", self.eval_every, "must be >= 0")

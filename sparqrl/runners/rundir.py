@@ -20,6 +20,7 @@ from typing import Any
 
 from sparqrl import config as cfg
 from sparqrl.algos import get_algorithm
+from sparqrl.envs.custom import import_modules
 from sparqrl.runners.run_config import RunConfig
 
 FORMAT = 1
@@ -175,6 +176,7 @@ def open_run_dir(path: str | Path, field: str = "resume") -> tuple[RunDir, str, 
         raise
     except (OSError, ValueError, KeyError, TypeError) as error:
         cfg.fail(field, str(path), f"holds a damaged {CONFIG} ({type(error).__name__}: {error})")
+    import_modules(run.imports)  # what the run imported before resolving its env, in this process too
     return RunDir(out, held[1]), data["algo"], algo_config, run
 
 

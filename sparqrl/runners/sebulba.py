@@ -34,6 +34,7 @@ from sparqrl import config as cfg
 from sparqrl.algos import get_algorithm
 from sparqrl.algos.base import ActorLearner, explore_one, forward
 from sparqrl.envs import evaluate_host, host_spec
+from sparqrl.envs.custom import is_local
 from sparqrl.extras import need_installed
 from sparqrl.runners.actors import ActorSpec, Fragment, make_pool, network_paths, quantized_copy, ray_session
 from sparqrl.runners.rundir import RunDir, start_run_dir
@@ -74,6 +75,8 @@ def check_extras(run: RunConfig) -> None:
         need_installed("onnxruntime", "actor_precision=int8 (ONNX Runtime's integer kernels)")
     if run.resolved_backend == "ray":
         need_installed("ray", f"backend=ray ({run.actors} actors)")
+        cfg.require(not is_local(run.env), "env", run.env, "is an object of this process, which Ray's actor "
+                    "processes cannot rebuild: define it at module level of an importable module, or use --backend inline")
 
 
 def train(algo_name: str, algo_config: Any, run: RunConfig, *, on_chunk: ChunkHook | None = None) -> dict:
@@ -134,7 +137,7 @@ class SebulbaDriver:
         self.timers = dict.fromkeys(TIMERS, 0.0)
         self.prior = {"versions": 0, "restarts": 0}
         self.counts = {"versions": 0, "lag_sum": 0.0, "fragments": 0, "order_violations": 0, "nbytes": 0}
-        self.spec = ActorSpec(algo_name, p.config, run.env, run.seeds, run.actors, self.T, run.seed)
+        self.spec = ActorSpec(algo_name, p.config, run.env, run.seeds, run.actors, self.T, run.seed, run.imports)
         self.learn_fragment = _learn_fragment(p.al)
         self.pool = None
         self.learner = None
