@@ -27,7 +27,7 @@ os.environ["XLA_FLAGS"] = " ".join(
 ).strip()
 
 import argparse  # noqa: E402
-import platform  # noqa: E402
+from machine import cpu_name  # noqa: E402 (benchmarks/ is the script's folder)
 import statistics  # noqa: E402
 import time  # noqa: E402
 from typing import Callable  # noqa: E402
@@ -44,15 +44,6 @@ def ints(text: str) -> list[int]:
     return [int(t) for t in text.split(",") if t.strip()]
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def random_stack(dims: list[int], seed: int = 0) -> quant.DenseStack:

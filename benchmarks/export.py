@@ -24,7 +24,6 @@ dense-file fp32).
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 from typing import Any
@@ -38,6 +37,8 @@ from sparqrl.envs import Box
 from sparqrl.envs.gym_env import HostSpec
 from sparqrl.export import describe, export_policy, session
 
+from machine import cpu_name  # (benchmarks/ is the script's folder)
+
 TARGET_S = 0.05  # time per measurement: long enough to average call jitter, short enough to interleave
 SPEC = HostSpec("gym:HalfCheetah-v5", (17,), Box.make(-1.0, 1.0, (6,)), 1000)  # shapes only: no MuJoCo needed
 
@@ -45,16 +46,6 @@ SPEC = HostSpec("gym:HalfCheetah-v5", (17,), Box.make(-1.0, 1.0, (6,)), 1000)  #
 def ints(text: str) -> tuple[int, ...]:
     return tuple(int(t) for t in text.split(",") if t.strip())
 
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def td3_actor(hidden: tuple[int, ...], sparse: str, seed: int = 0) -> tuple[Any, Any]:
