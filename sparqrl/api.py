@@ -137,15 +137,17 @@ class Agent:
     """A trained policy: `act` on NumPy observations, `evaluate` in the run's environment.
 
     algo, env, config, run: the run's algorithm name, environment, algorithm config and `RunConfig`;
+    obs_shape, action_space: the environment's (`sparqrl.envs.Discrete` or `Box`);
     seeds: how many trained policies the run holds (one per seed; a sweep's: settings x seeds).
     """
 
     def __init__(self, path: Path, algo: str, config: Any, run: RunConfig, obs_shape: tuple[int, ...],
-                 params: Any, act_one: Callable[[Any, Any, Any], Any], sample_one: Callable[[Any, Any, Any], Any]):
+                 action_space: Any, params: Any, act_one: Callable[[Any, Any, Any], Any],
+                 sample_one: Callable[[Any, Any, Any], Any]):
         """act_one / sample_one: (one seed's policy params, ONE observation, key) -> the deterministic / the
         exploring action."""
         self.path, self.algo, self.config, self.run = path, algo, config, run
-        self.env, self.obs_shape = run.env, obs_shape
+        self.env, self.obs_shape, self.action_space = run.env, obs_shape, action_space
         import jax
 
         self._params, self._one = params, {True: act_one, False: sample_one}
@@ -155,6 +157,17 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent({self.algo} on {self.env}, {self.seeds} seed(s), from {self.path})"
+
+    def policy_params(self, seed: int = 0) -> Any:
+        """Seed `seed`'s policy parameters as NumPy arrays (what `act` runs: networks and normaliser)."""
+        import jax
+
+        self._check_seed(seed)
+        return jax.tree.map(lambda x: np.asarray(x[seed]), self._params)
+
+    def _check_seed(self, seed: Any) -> None:
+        cfg.require(isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < self.seeds, "seed", seed,
+                    f"must be an integer in [0, {self.seeds}) (the run's trained policies)")
 
     def act(self, obs: Any, seed: int = 0, deterministic: bool = True, key: Any = None) -> np.ndarray:
         """The action of seed `seed`'s policy for one observation [*obs_shape] or a batch [B, *obs_shape].
@@ -169,8 +182,7 @@ class Agent:
         import jax
 
         cfg.require(isinstance(deterministic, bool), "deterministic", deterministic, "must be True or False")
-        cfg.require(isinstance(seed, int) and 0 <= seed < self.seeds, "seed", seed,
-                    f"must be an integer in [0, {self.seeds}) (the run's trained policies)")
+        self._check_seed(seed)
         try:
             obs = np.asarray(obs, np.float32)
         except (TypeError, ValueError) as error:
@@ -224,15 +236,14 @@ def load(run_dir: str | Path, env: Any = None) -> Agent:
                     f"must be the run's own environment ({run.env}), which is rebuilt by name: leave env out "
                     "(agent.evaluate(env=...) evaluates on another)")
     if is_host_env(run.env):
-        from sparqrl.envs import host_spec
         from sparqrl.runners import sebulba
         from sparqrl.runners.session import saved_state
 
         prepared = sebulba.Prepared(algo_name, algo_config, run)
         params = prepared.policy_fn(saved_state(rundir, prepared.learner_shape))
-        obs_shape = tuple(host_spec(run.env).observation_shape)
+        obs_shape = tuple(prepared.spec.observation_shape)
         greedy = sebulba.greedy_policy(prepared.al, len(obs_shape))
-        return Agent(Path(run_dir), algo_name, prepared.config, run, obs_shape, params,
+        return Agent(Path(run_dir), algo_name, prepared.config, run, obs_shape, prepared.spec.action_space, params,
                      lambda p, obs, key: greedy(p, obs), sebulba.sampling_policy(prepared.al, len(obs_shape)))
 
     from sparqrl.runners.anakin import load_state
@@ -240,5 +251,5 @@ def load(run_dir: str | Path, env: Any = None) -> Agent:
     algo_name, algo_config, run, env, driver, state = load_state(run_dir)
     algo = driver.algo
     params = jax.vmap(algo.policy)(state)
-    return Agent(Path(run_dir), algo_name, algo_config, run, tuple(env.observation_shape), params, algo.act,
-                 algo.sample)
+    return Agent(Path(run_dir), algo_name, algo_config, run, tuple(env.observation_shape), env.action_space, params,
+                 algo.act, algo.sample)

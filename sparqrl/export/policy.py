@@ -179,44 +179,12 @@ def describe(algo: str, config: Any, obs_shape: tuple[int, ...], action_space: A
 
 def load_policy(run_dir: str | Path, seed: int) -> tuple[Policy, Reference, RunInfo]:
     """Seed `seed`'s policy of the run in `run_dir` (its newest intact checkpoint), the library's own
-    deterministic action for it (what `sparqrl.load(run_dir).act` runs), and facts about the run.
-    `seed` is range-checked (ConfigError) before any tracing."""
-    import jax
+    deterministic action for it (`sparqrl.load(run_dir).act`), and facts about the run. A bad `seed` is a
+    ConfigError."""
+    from sparqrl.api import load
 
-    from sparqrl.envs import is_host_env
-    from sparqrl.runners.rundir import open_run_dir
-
-    rundir, algo_name, algo_config, run = open_run_dir(run_dir, "run_dir")
-    if is_host_env(run.env):
-        from sparqrl.runners import sebulba
-        from sparqrl.runners.session import saved_state
-
-        prepared = sebulba.Prepared(algo_name, algo_config, run)
-        _check_seed(seed, run.seeds)
-        params = prepared.policy_fn(saved_state(rundir, prepared.learner_shape))
-        spec = prepared.spec
-        obs_shape, action_space, config = tuple(spec.observation_shape), spec.action_space, prepared.config
-        act_one = sebulba.greedy_policy(prepared.al, len(obs_shape))
-        members = run.seeds
-    else:
-        from sparqrl.runners.anakin import load_state
-
-        algo_name, config, run, env, driver, state = load_state(run_dir)
-        members = driver.members
-        _check_seed(seed, members)
-        params = jax.vmap(driver.algo.policy)(state)
-        obs_shape, action_space = tuple(env.observation_shape), env.action_space
-        key = jax.random.PRNGKey(0)  # the deterministic action ignores it
-        algo = driver.algo
-        act_one = jax.vmap(lambda p, o: algo.act(p, o, key), in_axes=(None, 0))
-
-    one = jax.tree.map(lambda x: np.asarray(x[seed]), params)
-    act = jax.jit(act_one)
-    policy = describe(algo_name, config, obs_shape, action_space, one)
-    info = RunInfo(algo_name, run.env, int(members), str(getattr(config, "sparse", "dense")))
-    return policy, lambda obs: np.asarray(act(one, np.asarray(obs, np.float32))), info
-
-
-def _check_seed(seed: Any, seeds: int) -> None:
-    cfg.require(isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < seeds, "seed", seed,
-                f"must be an integer in [0, {seeds}) (the run's trained policies)")
+    agent = load(run_dir)
+    one = agent.policy_params(seed)
+    policy = describe(agent.algo, agent.config, agent.obs_shape, agent.action_space, one)
+    info = RunInfo(agent.algo, agent.env, agent.seeds, str(getattr(agent.config, "sparse", "dense")))
+    return policy, lambda obs: agent.act(np.asarray(obs, np.float32), seed=seed), info
