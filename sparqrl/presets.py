@@ -46,6 +46,13 @@ PRESETS: tuple[Preset, ...] = (
                 "ent_coef": 0.0, "anneal_lr": False, "activation": "tanh", "normalize_obs": True,
                 "normalize_reward": True},
     ),
+    Preset(
+        name="ppo-pendulum", algo="ppo", matches=lambda env: env == "Pendulum-v1", family="gymnax Pendulum-v1",
+        source="sparqrl's own sweep (BENCHMARKS.md, 'Presets'): PureJaxRL's continuous layout at 16 envs x 128 "
+               "steps, gamma and lr picked over {0.9, 0.95, 0.99} x {3e-4, 1e-3}",
+        fields={"lr": 3e-4, "num_envs": 16, "num_steps": 128, "update_epochs": 10, "num_minibatches": 32,
+                "gamma": 0.95, "ent_coef": 0.0, "anneal_lr": False, "normalize_obs": True, "normalize_reward": True},
+    ),
 )
 
 NAMES = tuple(p.name for p in PRESETS)
