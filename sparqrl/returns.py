@@ -1,4 +1,4 @@
-"""Multi-step TD targets shared by the off-policy actor-critics (TD3, SAC): pure functions of [B, n] windows.
+"""Return targets as pure functions: multi-step TD targets on [B, n] windows (TD3, SAC); V-trace on [T, N].
 
 RLx2's delayed multi-step TD target (Tan et al., ICLR 2023, arXiv 2205.15043, §4.2.1; reference spec
 `rlx2.md` §4.4-§4.6) with the episode-end bookkeeping of its code, for windows of n consecutive stored
@@ -22,6 +22,8 @@ next observation s'_m with discount γ^(m+1). With n_active = 1 this is the ordi
 
 `n_active` may be traced (the switch from 1-step to n-step targets happens inside a jitted loop); the
 window length n is static. Window elements k >= n_active get zero weight and never move m.
+
+IMPALA's V-trace targets and policy-gradient advantages (`vtrace`) are at the end of the module.
 """
 
 from __future__ import annotations
@@ -116,3 +118,105 @@ def nstep_soft_q_target(terms: NStepTerms, boot_q: jax.Array, alpha: jax.Array, 
     """
     entropy = jnp.sum(terms.entropy_weight * (-alpha * log_prob), axis=-1)
     return jax.lax.stop_gradient(terms.reward_sum + entropy + terms.boot_discount * boot_q)
+
+
+# ---- IMPALA V-trace (Espeholt et al., ICML 2018, arXiv 1802.01561) ---------------------------------
+
+
+class VTraceOut(NamedTuple):
+    """V-trace targets of a fragment (both without gradient).
+
+    vs             [T, ...]  v_s, the value targets (value loss: (v_s − V(x_s))²)
+    pg_advantages  [T, ...]  ρ^pg_s · (r_s + γ·v_{s+1} − V(x_s)), the weights of −log π(a_s|x_s)
+    """
+
+    vs: jax.Array
+    pg_advantages: jax.Array
+
+
+def vtrace(
+    log_rho: jax.Array,
+    rewards: jax.Array,
+    values: jax.Array,
+    next_values: jax.Array,
+    terminated: jax.Array,
+    truncated: jax.Array,
+    gamma: float | jax.Array,
+    rho_bar: float | jax.Array = 1.0,
+    c_bar: float | jax.Array = 1.0,
+    rho_bar_pg: float | jax.Array | None = None,
+    lambda_: float | jax.Array = 1.0,
+) -> VTraceOut:
+    """V-trace targets and policy-gradient advantages for a fragment of auto-resetting envs.
+
+    The recursive form of IMPALA's V-trace (arXiv 1802.01561 §4.1; reference `actorq_distributed.md`
+    §4.2), made truncation-aware the way PPO's `gae` is, and computed by a reverse `lax.scan`:
+
+        ρ_t = min(ρ̄, π/μ),   c_t = λ · min(c̄, π/μ),   ρ^pg_t = min(ρ̄_pg, π/μ)   (clipped in log space)
+        δ_t = ρ_t · (r_t + γ_t · V(s'_t) − V(x_t)),     γ_t = γ · (1 − terminated_t)
+        a_t = δ_t + γ · c_t · (1 − done_t) · a_{t+1},   a_T = 0        a_t = v_t − V(x_t)
+        pg_t = ρ^pg_t · (r_t + γ_t · (V(s'_t) + λ · (1 − done_t) · a_{t+1}) − V(x_t))
+
+    with done_t = terminated_t | truncated_t. s'_t is the observation step t reached before any
+    auto-reset (the env's `final_obs`, a Step's `next_obs`), so `next_values[t] = V(s'_t)` equals
+    `values[t + 1]` wherever the episode goes on and is the bootstrap value at the fragment's last step
+    and at every episode end: a time-limit truncation bootstraps from its own final observation, a
+    termination does not bootstrap, and both cut the trace, because row t + 1 belongs to a new episode.
+    A step flagged both terminated and truncated counts as terminated (as in `gae` and the `Env`
+    protocol). This is PPO's layout: `next_values` is what PPO's `bootstrap_values` builds, or V of a
+    fragment's `next_obs` computed in one batched pass.
+
+    λ (`lambda_`) scales the traces as in rlax's `vtrace` and mixes λ into the policy-gradient bootstrap
+    (λ·v_{t+1} + (1 − λ)·V(x_{t+1}), as rlax's `vtrace_td_error_and_advantage`); with λ = 1 this is the
+    reference's pg advantage ρ^pg_t·(r_t + γ·v_{t+1} − V(x_t)). On-policy (log_rho = 0, ρ̄, c̄ ≥ 1) both
+    v_t − V(x_t) and pg_t are then exactly the GAE(λ) advantage.
+
+    Args:
+      log_rho: [T, ...] log π(a_t|x_t) − log μ(a_t|x_t), the learner's over the behaviour policy's.
+      rewards, values, next_values: [T, ...] float; values[t] = V(x_t), next_values[t] = V(s'_t).
+      terminated, truncated: [T, ...] bool (or 0/1).
+      gamma, rho_bar, c_bar, rho_bar_pg (default: rho_bar), lambda_: floats or traced scalars (or
+        arrays broadcastable to [T, ...]); the paper assumes ρ̄ ≥ c̄.
+    Returns:
+      VTraceOut(vs [T, ...], pg_advantages [T, ...]), under stop_gradient.
+    """
+    inputs = dict(log_rho=log_rho, rewards=rewards, values=values, next_values=next_values,
+                  terminated=terminated, truncated=truncated)
+    shapes = {name: jnp.shape(x) for name, x in inputs.items()}
+    if len(set(shapes.values())) != 1 or len(shapes["values"]) < 1:
+        raise ValueError(f"vtrace needs inputs of one shape [T, ...]; got {shapes}")
+    if rho_bar_pg is None:
+        rho_bar_pg = rho_bar
+    f32 = jnp.float32
+    log_rho = jnp.asarray(log_rho, f32)
+    rewards = jnp.asarray(rewards, f32)
+    values = jnp.asarray(values, f32)
+    next_values = jnp.asarray(next_values, f32)
+    terminated = jnp.asarray(terminated, jnp.bool_)
+    done = terminated | jnp.asarray(truncated, jnp.bool_)
+    gamma, lambda_ = jnp.asarray(gamma, f32), jnp.asarray(lambda_, f32)
+
+    # min(ρ̄, exp(log ρ)) as exp(min(log ρ̄, log ρ)): no overflow for large log ratios (the paper's
+    # "operations on rhos in log-space"); log(inf) = inf leaves the ratios unclipped.
+    def clipped(bar: float | jax.Array) -> jax.Array:
+        return jnp.exp(jnp.minimum(log_rho, jnp.log(jnp.asarray(bar, f32))))
+
+    rho, c, rho_pg = clipped(rho_bar), lambda_ * clipped(c_bar), clipped(rho_bar_pg)
+    discount = gamma * (1.0 - terminated.astype(f32))  # γ_t: 0 only at a true end
+    goes_on = 1.0 - done.astype(f32)  # row t + 1 continues step t's episode
+    deltas = rho * (rewards + discount * next_values - values)
+    trace = gamma * c * goes_on
+
+    def backward(acc_tp1: jax.Array, step: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+        delta_t, trace_t = step
+        acc_t = delta_t + trace_t * acc_tp1  # v_t − V(x_t)
+        return acc_t, (acc_t, acc_tp1)
+
+    _, (vs_minus_v, vs_minus_v_tp1) = jax.lax.scan(
+        backward, jnp.zeros_like(values[0]), (deltas, jnp.broadcast_to(trace, deltas.shape)), reverse=True
+    )
+    # acc_tp1 is v_{t+1} − V(x_{t+1}) (0 after the last step); the episode-end mask keeps a new
+    # episode's correction out of the bootstrap.
+    q = rewards + discount * (next_values + lambda_ * goes_on * vs_minus_v_tp1)
+    out = VTraceOut(vs=vs_minus_v + values, pg_advantages=rho_pg * (q - values))
+    return jax.tree.map(jax.lax.stop_gradient, out)
