@@ -25,6 +25,7 @@ EXTRAS: dict[str, str] = {
     "evosax": "meta",
     "imageio_ffmpeg": "video",
     "pygame": "video",
+    "cv2": "atari",  # opencv-python-headless: AtariPreprocessing's resize
 }
 """Top-level module -> the extra that installs it."""
 

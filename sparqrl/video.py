@@ -184,19 +184,22 @@ def gym_frames(name: str, act: Act, seed: int, episodes: int, done: Episodes) ->
     import gymnasium as gym
     from gymnasium import spaces
 
-    from sparqrl.envs import gym_env
+    from sparqrl.envs import atari, gym_env
 
-    env_id = name.removeprefix("gym:")
-    cfg.require(env_id in gym.registry, "env", name, "cannot be recorded: --video records registered Gymnasium ids "
-                                                     "(not a user's gym:MODULE:ATTR env)")
-    limit = None if gym.registry[env_id].max_episode_steps else gym_env.DEFAULT_MAX_EPISODE_STEPS
-    try:
-        env = gym.make(env_id, render_mode="rgb_array", max_episode_steps=limit)
-    except gym.error.Error as error:
-        raise cfg.ConfigError(f"env={name!r}: Gymnasium could not build it: {error}") from error
-    prepare = getattr(gym_env, "_prepare", None)  # the wrappers training used (flattened observations)
-    if prepare is not None:
-        env = prepare(name, env)
+    if atari.is_atari(name):  # the preprocessed env the policy saw, drawing the full-colour screen
+        env = atari.make_atari(name, training=False, render_mode="rgb_array")
+    else:
+        env_id = name.removeprefix("gym:")
+        cfg.require(env_id in gym.registry, "env", name, "cannot be recorded: --video records registered "
+                                                         "Gymnasium ids (not a user's gym:MODULE:ATTR env)")
+        limit = None if gym.registry[env_id].max_episode_steps else gym_env.DEFAULT_MAX_EPISODE_STEPS
+        try:
+            env = gym.make(env_id, render_mode="rgb_array", max_episode_steps=limit)
+        except gym.error.Error as error:
+            raise cfg.ConfigError(f"env={name!r}: Gymnasium could not build it: {error}") from error
+        prepare = getattr(gym_env, "_prepare", None)  # the wrappers training used (flattened observations)
+        if prepare is not None:
+            env = prepare(name, env)
     if "rgb_array" not in env.metadata.get("render_modes", []):
         env.close()
         cfg.fail("env", name, f"cannot be recorded: it does not render rgb_array images; --video records {RECORDABLE}")

@@ -66,6 +66,10 @@ def validate_env_name(name: str) -> None:
         return
     if not is_host_env(name) and name in device_env_names():
         return  # (Gymnasium's registry is read only for a gym: name or a misspelt one)
+    from sparqrl.envs import atari
+
+    if atari.is_atari(name):
+        atari.register()  # ALE ids exist once ale_py is imported; without it, the atari extra's one line
     names = env_names()
     if name not in names:
         raise ConfigError(f"env={name!r} is not a known environment{close_matches(name, names)}")

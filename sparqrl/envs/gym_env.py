@@ -7,6 +7,10 @@ protocol. `HostVecEnv` steps a batch of them with numpy arrays and returns the s
 transition reached, `terminated` kept apart from time-limit `truncated`, and episode statistics.
 `HostSpec` carries what algorithms read from an env without stepping it (`observation_shape`,
 `action_space`, `name`), so `make_train(config, spec)` can build networks for a host env.
+
+Atari ids (`gym:ALE/...`) get the standard preprocessing of `sparqrl.envs.atari` (84x84 grey, 4 frames
+stacked, sticky actions; for training envs also episodic life and clipped rewards): `HostVecEnv(name, n,
+training=True)` for actors, `evaluate_host(..., training=False)` for evaluation.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from gymnasium import spaces
 from gymnasium.wrappers import FlattenObservation, TimeLimit
 
 from sparqrl.config import ConfigError, close_matches
-from sparqrl.envs import custom
+from sparqrl.envs import atari, custom
 from sparqrl.envs.core import HOST_PREFIX as PREFIX, Box, Discrete, Space, is_host_env
+from sparqrl.extras import available
 
 # Used only for the few registered ids without a time limit, so every episode (and every
 # evaluation) ends; `max_episode_steps` is an int in the `Env` protocol too.
@@ -29,13 +34,18 @@ DEFAULT_MAX_EPISODE_STEPS = 1000
 
 
 def gym_names() -> list[str]:
-    """Every registered Gymnasium id, as a sparqrl name (`gym:ID`)."""
+    """Every registered Gymnasium id, as a sparqrl name (`gym:ID`); the Atari ids where ale_py is installed."""
+    if available("ale_py"):
+        atari.register()
     return [PREFIX + env_id for env_id in gym.registry]
 
 
-def _make(name: str) -> gym.Env:
+def _make(name: str, training: bool = True) -> gym.Env:
     """One Gymnasium env for `gym:ID` (or a user's `gym:MODULE:ATTR`), with a time limit, no reward-changing
-    wrappers, and observations flattened to one Box where they are not one (`_prepare`)."""
+    wrappers, and observations flattened to one Box where they are not one (`_prepare`). Atari ids are
+    preprocessed by `atari.make_atari`, which alone reads `training` (episodic life and reward clipping)."""
+    if atari.is_atari(name):
+        return atari.make_atari(name, training)
     if custom.is_custom(name):
         return _prepare(name, custom.host_factory(name)())
     env_id = name.removeprefix(PREFIX)
@@ -184,18 +194,25 @@ class HostStep(NamedTuple):
     terminated: np.ndarray  # bool [N]: the episode truly ended, do not bootstrap
     truncated: np.ndarray  # bool [N]: time limit and not terminated, bootstrap from final_obs
     final_obs: np.ndarray  # float32 [N, *obs]: the observation the transition reached, before reset
-    episode_return: np.ndarray  # float32 [N]: sum of raw rewards of the episode, valid where done
+    episode_return: np.ndarray  # float32 [N]: sum of raw rewards of the episode, valid where episode_done
+    # (a training Atari env: of the whole game, unclipped, over all lives; see sparqrl.envs.atari)
     episode_length: np.ndarray  # int32 [N]: its length in steps, valid where episode_done
-    episode_done: np.ndarray  # bool [N]: terminated or truncated
+    episode_done: np.ndarray  # bool [N]: terminated or truncated (training Atari: the game is over)
 
 
 class HostVecEnv:
-    """`num_envs` copies of a `gym:ID` env stepped in this process, auto-resetting on the same step."""
+    """`num_envs` copies of a `gym:ID` env stepped in this process, auto-resetting on the same step.
 
-    def __init__(self, name: str, num_envs: int):
+    `training` matters only for Atari ids (`sparqrl.envs.atari`): True (actors) adds episodic life and
+    reward clipping, and then the episode statistics are those of whole games (unclipped, over all lives)
+    while `reward` / `terminated` are per life and clipped; False is for evaluation.
+    """
+
+    def __init__(self, name: str, num_envs: int, training: bool = True):
         if num_envs < 1:
             raise ConfigError(f"num_envs={num_envs!r} must be at least 1")
-        envs = [_make(name) for _ in range(num_envs)]
+        envs = [_make(name, training) for _ in range(num_envs)]
+        self._game_stats = training and atari.is_atari(name)
         self.spec = _spec_of(name, envs[0])
         self.num_envs = num_envs
         # SAME_STEP: the step that ends an episode returns the reset obs and puts the last obs in
@@ -235,15 +252,18 @@ class HostVecEnv:
         reward = np.asarray(reward, np.float32)
         self._return += reward
         self._length += 1
+        episode_done, episode_return, episode_length = done, self._return.copy(), self._length.copy()
+        if self._game_stats:  # a training Atari episode is one life: report whole games instead
+            episode_done, episode_return, episode_length = atari.game_stats(info, done)
         out = HostStep(
             obs=obs,
             reward=reward,
             terminated=terminated,
             truncated=truncated,
             final_obs=final_obs,
-            episode_return=self._return.copy(),
-            episode_length=self._length.copy(),
-            episode_done=done,
+            episode_return=episode_return,
+            episode_length=episode_length,
+            episode_done=episode_done,
         )
         self._return[done] = 0.0
         self._length[done] = 0
@@ -254,15 +274,16 @@ class HostVecEnv:
 
 
 def evaluate_host(
-    name: str, act: Callable[[np.ndarray], Any], num_episodes: int, seed: int
+    name: str, act: Callable[[np.ndarray], Any], num_episodes: int, seed: int, training: bool = False
 ) -> np.ndarray:
     """Return float32 [num_episodes]: the return of one full episode per env, envs seeded seed+i.
 
     `act(obs [num_episodes, *obs]) -> actions [num_episodes, *action]` should be deterministic;
     the episodes run side by side, and envs whose episode has ended keep stepping (their next
-    episode is ignored) so that `act` always sees a full batch.
+    episode is ignored) so that `act` always sees a full batch. `training=False`: an Atari episode is a
+    whole game, with unclipped rewards (see `HostVecEnv`).
     """
-    env = HostVecEnv(name, num_episodes)
+    env = HostVecEnv(name, num_episodes, training=training)
     try:
         obs = env.reset(seed)
         returns = np.zeros(num_episodes, np.float32)
