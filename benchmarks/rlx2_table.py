@@ -41,7 +41,7 @@ import jax
 import numpy as np
 
 from sparqrl.algos import get_algorithm
-from sparqrl.algos.offpolicy.loop import Transition
+from sparqrl.algos.base import Step
 from sparqrl.envs import host_spec, is_host_env, make_env
 from sparqrl.runners import RunConfig, train
 
@@ -73,14 +73,16 @@ def sparqrl_updates_per_s(algo: str, env_name: str, sparse: str, updates: int, f
     loop = module.make_offpolicy(config, spec)
     rng = np.random.default_rng(0)
 
-    def rows(n: int) -> Transition:
+    def rows(n: int) -> Step:
+        """A fragment of n env steps of one environment (leaves [n, 1, ...])."""
         obs = rng.normal(size=(n, 1) + tuple(spec.observation_shape)).astype(np.float32)
         action = rng.uniform(-1, 1, size=(n, 1) + tuple(spec.action_space.shape)).astype(np.float32)
         flags = np.zeros((n, 1), bool)
-        return Transition(obs, action, rng.normal(size=(n, 1)).astype(np.float32), obs[::-1].copy(), flags, flags, action)
+        return Step(obs, action, rng.normal(size=(n, 1)).astype(np.float32), obs[::-1].copy(), flags, flags, action,
+                    np.ones((n, 1), np.float32))
 
     def run(learner, batch):
-        return jax.lax.scan(lambda l, r: (loop.learn(l, r)[0], None), learner, batch)[0]
+        return loop.learn(learner, batch)[0]
 
     scan = jax.jit(run, donate_argnums=0)
     learner = scan(jax.jit(loop.init)(jax.random.key(0)), rows(fill))  # fill: no gradient steps yet

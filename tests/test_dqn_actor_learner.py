@@ -180,9 +180,14 @@ def _random_steps(count, n, seed):
     )
 
 
+def _learn_one(al):
+    """`learn` on a fragment of one env step (T = 1): metrics per call."""
+    return lambda learner, step: al.learn(learner, jax.tree.map(lambda x: x[None], step))
+
+
 def _scan_learn(al, key, steps):
-    """init, then `learn` scanned over the rows: the runner's shape of a fragment."""
-    return jax.lax.scan(al.learn, al.init(key), steps)
+    """init, then `learn` on one-step fragments, row by row."""
+    return jax.lax.scan(_learn_one(al), al.init(key), steps)
 
 
 def test_learner_gates_match_the_on_device_schedule(cartpole):
@@ -210,7 +215,7 @@ def test_learner_gates_match_the_on_device_schedule(cartpole):
     assert np.all((w > 0) & (w <= 1)) and np.all(w[np.array(grads) == 0] == 1.0) and np.any(w < 1.0)
 
     # The target network moved exactly at the due calls: replay the run call by call.
-    learn = jax.jit(al.learn)
+    learn = jax.jit(_learn_one(al))
     state = al.init(jax.random.key(0))
     steps = _random_steps(calls, 4, 0)
     for c in range(calls):
@@ -292,7 +297,7 @@ def _host_loop(config, seed):
     def priority(policy, step):
         return acting.priority(acting.network.apply(acting.network_params(policy), step.next_obs), step)
 
-    learn = jax.jit(al.learn, donate_argnums=0)
+    learn = jax.jit(_learn_one(al), donate_argnums=0)
     key, init_key = jax.random.split(jax.random.key(seed))
     learner = al.init(init_key)
     env = HostVecEnv(spec.name, n)
@@ -304,7 +309,8 @@ def _host_loop(config, seed):
             action, extra = act(policy, obs, act_key, jnp.int32(i * n))
             action = np.asarray(action)
             out = env.step(acting.to_env(action))
-            step = Step(obs, action, out.reward, out.final_obs, out.terminated, out.truncated, extra, None)
+            step = Step(obs, action, np.asarray(out.reward, np.float32), out.final_obs, out.terminated, out.truncated,
+                        extra, None)
             learner, _ = learn(learner, step._replace(priority=priority(policy, step)))
             obs = out.obs
     finally:

@@ -147,36 +147,46 @@ def evaluate(env: Env, act: Callable, policy_params: Any, key: jax.Array, num_ep
 
 
 class Step(NamedTuple):
-    """One env step of N host environments as an actor sends it (leaves [N, ...]; a fragment adds a
-    leading [T], several seeds another [S])."""
+    """Env steps of N host environments as an actor sends them: leaves [T, N, ...] in a fragment (T steps
+    of each env, in order; the runner adds a seed axis [S] in front), [N, ...] for one step."""
 
-    obs: Any  # [N, *obs_shape]
+    obs: Any  # [N, *obs_shape], raw (as the env returned it)
     action: Any  # [N, ...] in the algorithm's units (e.g. [-1, 1] for continuous actions)
     reward: Any  # float32 [N]
     next_obs: Any  # [N, *obs_shape], the env's final_obs: pre-reset, so truncation can bootstrap
     terminated: Any  # bool [N]
     truncated: Any  # bool [N]
-    extra: Any  # what `Acting.explore` returned beside the action (e.g. TD3's noise-free action)
+    extra: Any  # what `Acting.explore` returned beside the action (TD3: the noise-free action; PPO and
+    #             IMPALA: the behaviour policy's log-probability of the action)
     priority: Any  # float32 [N]: the actor's initial replay priority (1 where the algorithm has none)
+    discounted_return: Any = None  # float32 [N]: sum of gamma^k r of the running episode up to this reward,
+    #             when `Acting.return_gamma` is set (reward scaling); else None
 
 
 class Acting(NamedTuple):
     """How an actor acts for one seed. The policy network is split from the rest so that its forward
     pass can run in any precision (`sparqrl.quant`): `network` maps obs [B, *obs] to raw outputs
     [B, out] and is a plain chain of Dense layers with `activation` between them; everything after it
-    (squashing, noise, epsilon-greedy, priorities) runs in JAX in fp32 on its output.
+    (squashing, sampling, noise, epsilon-greedy, priorities) runs in JAX in fp32 on its output.
 
     network                                   flax module: obs [B, *obs] -> raw [B, out]
     network_params(policy_params) -> vars     the flax variables of `network` inside the policy params
-    explore(raw [N, out], key, env_steps, slots [N], total_slots) -> (action [N, ...], extra [N, ...])
+    explore(raw [N, out], key, env_steps, slots [N], total_slots, aux) -> (action [N, ...], extra [N, ...])
                                               env_steps: int32 [], env steps of all actors so far (warm-up);
                                               slots: each env's index among all actors' envs (Ape-X's
-                                              per-slot epsilon); total_slots: a static int
+                                              per-slot epsilon); total_slots: a static int; aux: below
     greedy(raw [..., out]) -> action          the deterministic action (evaluation)
     to_env(action) -> env action              e.g. [-1, 1] -> [low, high]
     priority(raw_next [N, out], step [N]) -> [N] | None
                                               the actor-side initial priority (Ape-X), raw_next the network
                                               on step.next_obs; None: every priority is 1
+    aux(policy_params) -> tree | None         small fp32 arrays beside the network that acting needs (PPO:
+                                              observation statistics and log-std); published with every
+                                              version in fp32 whatever the network's precision. None: none
+    observe(aux, obs [B, *obs]) -> [B, *obs]  the network's input from raw observations (PPO: normalised);
+                                              None: the raw observation
+    return_gamma                              when set, actors send each env's discounted return so far
+                                              (`Step.discounted_return`, for reward scaling)
     """
 
     network: Any
@@ -186,17 +196,32 @@ class Acting(NamedTuple):
     greedy: Callable[[jax.Array], jax.Array]
     to_env: Callable[[jax.Array], jax.Array]
     priority: Callable[[jax.Array, Step], jax.Array] | None = None
+    aux: Callable[[Any], Any] | None = None
+    observe: Callable[[Any, jax.Array], jax.Array] | None = None
+    return_gamma: float | None = None
 
 
 class ActorLearner(NamedTuple):
     """What `make_actor_learner(config, spec)` returns: the learner's pure functions for ONE seed (the
-    runner vmaps them over seeds and scans `learn` over a fragment's T steps) and the actors' `Acting`.
+    runner vmaps them over seeds) and the actors' `Acting`. Both runners drive the same learner: the
+    actor-learner runner on the fragments its actors send, the on-device runner (`on_device`) on
+    fragments it rolls out in JAX environments.
 
     init(key) -> learner                      networks, optimizer states, replay buffer, counters
-    learn(learner, step [N]) -> (learner, metrics)   store one env step of N envs and learn from it;
-                                              metrics: flat dict of float scalars
+    learn(learner, steps [T, N]) -> (learner, metrics)
+                                              learn from one fragment: T env steps of N envs (`Step`, its
+                                              fields in time order); metrics: flat dict of float scalars,
+                                              means over the fragment. Replay-based learners store and
+                                              learn step by step (`per_step`); on-policy ones learn from
+                                              the fragment as a whole (PPO's epochs, IMPALA's V-trace)
     policy(learner) -> policy_params          what actors need (published, maybe quantized, per version)
     num_envs                                  N: the host environments one actor steps per seed
+    steps_per_env                             the run's budget: env steps per environment of one seed
+                                              (all actors' fragments together), i.e. total / N
+    fragment_steps                            T the learner needs (PPO: its num_steps); 0: any (the run's)
+    on_policy                                 True: a fragment acted with a policy more than the run's
+                                              `max_lag` learner updates old is dropped and counted, never
+                                              learned from (PPO); False: any age (replay)
     """
 
     init: Callable[[jax.Array], Any]
@@ -204,16 +229,43 @@ class ActorLearner(NamedTuple):
     policy: Callable[[Any], Any]
     acting: Acting
     num_envs: int
+    steps_per_env: int
     summary: dict[str, Any] = {}
+    fragment_steps: int = 0
+    on_policy: bool = False
 
 
-def explore_one(acting: Acting, raw: jax.Array, key: jax.Array) -> jax.Array:
+def per_step(learn_step: Callable[[Any, Step], tuple[Any, dict[str, jax.Array]]]
+             ) -> Callable[[Any, Step], tuple[Any, dict[str, jax.Array]]]:
+    """The fragment learner of a replay-based algorithm: `learn_step(learner, step [N])` (store one env step
+    of N envs, take the gradient steps it makes due) scanned over the fragment's T steps in order; the
+    metrics are means over the T steps."""
+
+    def learn(learner: Any, steps: Step) -> tuple[Any, dict[str, jax.Array]]:
+        learner, metrics = jax.lax.scan(learn_step, learner, steps)
+        return learner, {name: jnp.mean(value, axis=0) for name, value in metrics.items()}
+
+    return learn
+
+
+def acting_aux(acting: Acting, policy_params: Any) -> Any:
+    return None if acting.aux is None else acting.aux(policy_params)
+
+
+def explore_one(acting: Acting, raw: jax.Array, key: jax.Array, aux: Any = None) -> jax.Array:
     """The exploring action [N, ...] (algorithm units) of one actor's env slot 0, long past any warm-up, on
     the network's output raw [N, out] (for DQN on the actor-learner: Ape-X's first slot's epsilon)."""
     n = raw.shape[0]
-    return acting.explore(raw, key, jnp.int32(2 ** 30), jnp.zeros(n, jnp.int32), 1)[0]
+    return acting.explore(raw, key, jnp.int32(2 ** 30), jnp.zeros(n, jnp.int32), 1, aux)[0]
+
+
+def observe(acting: Acting, aux: Any, obs: jax.Array) -> jax.Array:
+    """The network's input from raw observations (`Acting.observe`), in fp32."""
+    obs = jnp.asarray(obs, jnp.float32)
+    return obs if acting.observe is None else acting.observe(aux, obs)
 
 
 def forward(acting: Acting, policy_params: Any, obs: jax.Array, obs_ndim: int) -> jax.Array:
-    """The policy network's raw output [..., out] on observations [..., *obs_shape], in fp32."""
-    return acting.network.apply(acting.network_params(policy_params), flatten_obs(obs, obs_ndim))
+    """The policy network's raw output [..., out] on raw observations [..., *obs_shape], in fp32."""
+    x = observe(acting, acting_aux(acting, policy_params), obs)
+    return acting.network.apply(acting.network_params(policy_params), flatten_obs(x, obs_ndim))

@@ -28,7 +28,7 @@ import numpy as np
 
 from sparqrl import quant
 from sparqrl.algos import get_algorithm
-from sparqrl.algos.base import ActorLearner, Step
+from sparqrl.algos.base import ActorLearner, Step, observe
 from sparqrl.envs import HostVecEnv, host_spec
 from sparqrl.envs.custom import import_modules
 
@@ -46,7 +46,8 @@ class PolicyCopy(NamedTuple):
     version: int  # learner updates (fragments learned) that produced it
     stacks: tuple[quant.QuantizedStack, ...]  # the policy network of each seed, in the actors' precision
     env_steps: int  # env steps per seed the learner had consumed (the actors' warm-up clock)
-    nbytes: int  # bytes of the stacks: what one broadcast carries
+    nbytes: int  # bytes of the stacks and aux: what one broadcast carries
+    aux: Any = None  # `Acting.aux` of each seed (numpy, fp32, leaves [seeds, ...]), or None
 
 
 class Fragment(NamedTuple):
@@ -70,7 +71,7 @@ class ActorSpec(NamedTuple):
     env: str  # gym:NAME
     seeds: int
     actors: int
-    fragment_steps: int
+    fragment_steps: int  # T
     seed: int  # the run's base seed
     imports: tuple[str, ...] = ()  # the run's `--import` modules: a Ray worker imports them before the env
 
@@ -97,23 +98,30 @@ class Actor:
         slots = jnp.asarray(actor_id * n + np.arange(n), jnp.int32)
         total_slots = spec.actors * n
 
-        def explore(raw: jax.Array, key: jax.Array, env_steps: jax.Array) -> tuple:
+        def explore(raw: jax.Array, key: jax.Array, env_steps: jax.Array, aux: Any) -> tuple:
             keys = jax.vmap(jax.random.split)(key)  # [seeds, 2]
-            action, extra = jax.vmap(acting.explore, in_axes=(0, 0, None, None, None))(
-                raw, keys[:, 1], env_steps, slots, total_slots)
+            action, extra = jax.vmap(acting.explore, in_axes=(0, 0, None, None, None, 0))(
+                raw, keys[:, 1], env_steps, slots, total_slots, aux)
             return acting.to_env(action), action, extra, keys[:, 0]
 
         self._explore = jax.jit(explore)
+        self._observe = None
+        if acting.observe is not None:  # obs [seeds, B, *obs] -> the network's input, with each seed's aux
+            self._observe = jax.jit(jax.vmap(lambda aux, obs: observe(acting, aux, obs)))
+        self.gamma = acting.return_gamma
+        self.discounted = np.zeros(self.shape, np.float32)  # each env's discounted return so far
         self._priority = None
         if acting.priority is not None:  # over [T, seeds, ...]
             self._priority = jax.jit(jax.vmap(jax.vmap(acting.priority)))
-        self.version, self.env_steps, self.forwards, self.sequence = -1, 0, (), 0
+        self.version, self.env_steps, self.forwards, self.aux, self.sequence = -1, 0, (), None, 0
 
     def _split(self, x: np.ndarray) -> np.ndarray:
         return x.reshape(self.shape + x.shape[1:])
 
     def _forward(self, obs: np.ndarray) -> np.ndarray:
-        """raw [seeds, B, out] of each seed's policy copy on obs [seeds, B, *obs_shape]."""
+        """raw [seeds, B, out] of each seed's policy copy on raw obs [seeds, B, *obs_shape]."""
+        if self._observe is not None:
+            obs = np.asarray(self._observe(self.aux, obs))
         flat = obs.reshape(obs.shape[:2] + (-1,)).astype(np.float32)
         return np.stack([f(flat[i]) for i, f in enumerate(self.forwards)])
 
@@ -127,11 +135,12 @@ class Actor:
         start = time.perf_counter()
         if copy.version > self.version:
             self.forwards = tuple(quant.make_forward(stack) for stack in copy.stacks)
-            self.version, self.env_steps = copy.version, copy.env_steps
+            self.version, self.env_steps, self.aux = copy.version, copy.env_steps, copy.aux
         seeds, n = self.shape
-        rows, returns, dones = [], [], []
+        rows, returns, dones, discounted = [], [], [], []
         for _ in range(self.spec.fragment_steps):
-            env_action, action, extra, self.key = self._explore(self._forward(self.obs), self.key, self.env_steps)
+            env_action, action, extra, self.key = self._explore(self._forward(self.obs), self.key, self.env_steps,
+                                                                self.aux)
             env_action, action, extra = jax.device_get((env_action, action, extra))  # one transfer, not three
             # The run's env steps so far as this actor counts them (the learner's count at the copy it
             # loaded last, then every actor stepping as fast as this one): the warm-up clock.
@@ -141,11 +150,16 @@ class Actor:
                          self._split(out.terminated), self._split(out.truncated), extra))
             returns.append(self._split(out.episode_return))
             dones.append(self._split(out.episode_done))
+            if self.gamma is not None:  # G <- gamma G + r, restarted after each episode's end
+                self.discounted = self.gamma * self.discounted + rows[-1][2]
+                discounted.append(self.discounted)
+                self.discounted = np.where(rows[-1][4] | rows[-1][5], 0.0, self.discounted).astype(np.float32)
             self.obs = self._split(out.obs)
         obs, action, reward, next_obs, terminated, truncated, extra = (
             jax.tree.map(lambda *xs: np.stack(xs), *column) for column in zip(*rows))
         priority = np.ones(reward.shape, np.float32)
-        steps = Step(obs, action, reward.astype(np.float32), next_obs, terminated, truncated, extra, priority)
+        steps = Step(obs, action, reward.astype(np.float32), next_obs, terminated, truncated, extra, priority,
+                     np.stack(discounted).astype(np.float32) if discounted else None)
         if self._priority is not None:  # Ape-X: initial priorities from this actor's own copy
             raw_next = self._forward(next_obs.swapaxes(0, 1).reshape((seeds, -1) + next_obs.shape[3:]))
             raw_next = raw_next.reshape((seeds, -1, n) + raw_next.shape[2:]).swapaxes(0, 1)
@@ -387,14 +401,19 @@ def make_pool(backend: str, spec: ActorSpec, reseed: int = 0) -> InlinePool | Ra
 
 def quantized_copy(version: int, policy: Any, acting: Any, paths: Any, precision: str, granularity: str,
                    env_steps: int) -> PolicyCopy:
-    """Quantize each seed's policy network (numpy policy params [seeds, ...]) into a `PolicyCopy`."""
+    """Quantize each seed's policy network (numpy policy params [seeds, ...]) into a `PolicyCopy`; the
+    acting's aux (fp32) goes with it."""
     seeds = jax.tree.leaves(policy)[0].shape[0]
     stacks = tuple(
         quant.quantize(quant.dense_stack(acting.network_params(jax.tree.map(lambda x: x[i], policy)), paths,
                                          acting.activation), precision, granularity)
         for i in range(seeds)
     )
-    return PolicyCopy(version, stacks, env_steps, sum(quant.nbytes(s) for s in stacks))
+    aux = None
+    if acting.aux is not None:
+        aux = jax.tree.map(lambda x: np.asarray(x, np.float32), jax.device_get(jax.vmap(acting.aux)(policy)))
+    nbytes = sum(quant.nbytes(s) for s in stacks) + sum(x.nbytes for x in jax.tree.leaves(aux))
+    return PolicyCopy(version, stacks, env_steps, nbytes, aux)
 
 
 def network_paths(acting: Any, policy: Any, obs_shape: tuple[int, ...]) -> Any:

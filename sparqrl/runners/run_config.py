@@ -81,12 +81,21 @@ class RunConfig:
     actor), auto (ray when actors > 1)."""
     ray_address: str | None = None
     """Connect to this existing Ray cluster (e.g. auto or ray://host:10001) instead of starting a local one."""
-    fragment_steps: int = 10
-    """Env steps per environment in one fragment an actor sends (the learner learns from it in one call)."""
+    fragment_steps: int | None = None
+    """Env steps per environment in one fragment an actor sends (the learner learns from it in one call).
+    None: the algorithm's (PPO: its num_steps, the only value it takes; replay-based learners: 10)."""
     publish_every: int = 1
     """Publish a new policy copy every this many learner updates (fragments learned), once per version."""
     in_flight: int = 2
     """Collect requests in flight per actor: bounds the data waiting for the learner (backpressure)."""
+    max_lag: int | None = None
+    """On-policy learners (PPO): a fragment acted with a policy version more than this many learner updates
+    older than the learner's is dropped and counted (summary.json's fragments_dropped), never trained on.
+    None: actors x in_flight (what the actors can have in flight; inline runs then never drop)."""
+
+    @property
+    def resolved_max_lag(self) -> int:
+        return self.actors * self.in_flight if self.max_lag is None else self.max_lag
 
     @property
     def resolved_backend(self) -> str:
@@ -106,8 +115,14 @@ class RunConfig:
         cfg.require(bool(self.out), "out", self.out, "must be a directory path")
         validate_country(self.country, "country")
         for name in ("actors", "fragment_steps", "publish_every", "in_flight"):
-            cfg.require(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, getattr(self, name),
-                        "must be an int >= 1")
+            value = getattr(self, name)
+            if value is not None or name != "fragment_steps":
+                cfg.require(isinstance(value, int) and value >= 1, name, value, "must be an int >= 1")
+        if self.max_lag is not None:
+            floor = self.actors * self.in_flight - 1
+            cfg.require(isinstance(self.max_lag, int) and self.max_lag >= floor, "max_lag", self.max_lag,
+                        f"must be an int >= actors x in_flight - 1 = {floor} (the lag of every fragment when each "
+                        "actor keeps in_flight requests in flight), or none for the default")
         cfg.one_of("actor_precision", self.actor_precision, ("fp32", "bf16", "fp16", "int8"))
         cfg.one_of("quant_granularity", self.quant_granularity, ("channel", "tensor"))
         cfg.one_of("backend", self.backend, ("auto", "inline", "ray"))

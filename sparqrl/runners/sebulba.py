@@ -5,7 +5,7 @@
                       `--actor-precision` names; they send `Fragment`s of T env steps tagged with the
                       policy version they were acted with (DQN adds Ape-X's actor-side priorities);
     learner (device)  learns from each fragment as it arrives (one jitted, donated call: the algorithm's
-                      `learn` scanned over T, vmapped over seeds) and every `publish_every` updates
+                      `learn` on the fragment [T, N], vmapped over seeds) and every `publish_every` updates
                       quantizes its fp32 policy network once and publishes it as the next version.
 
 Back-ends: `inline` runs the actors in this process, one request at a time (deterministic: debugging
@@ -32,7 +32,7 @@ import numpy as np
 
 from sparqrl import config as cfg
 from sparqrl.algos import get_algorithm
-from sparqrl.algos.base import ActorLearner, explore_one, forward
+from sparqrl.algos.base import ActorLearner, acting_aux, explore_one, forward
 from sparqrl.envs import evaluate_host, host_spec
 from sparqrl.envs.custom import is_local
 from sparqrl.extras import need_installed
@@ -51,14 +51,15 @@ class Prepared:
         run.validate()
         cfg.check_numbers(algo_config)
         cfg.require(hasattr(module, "make_actor_learner"), "algo", algo_name,
-                    "host environments (gym:NAME) run through the actor-learner runner, which trains dqn, td3 "
-                    f"and sac; {algo_name} runs on device environments (gymnax ids, brax:NAME)")
+                    f"host environments (gym:NAME) run through the actor-learner runner, which trains "
+                    f"{', '.join(HOST_ALGORITHMS)}; {algo_name} runs on device environments (gymnax ids, brax:NAME)")
         self.spec = host_spec(run.env)
         self.config = algo_config.validate(self.spec)
         self.al: ActorLearner = module.make_actor_learner(self.config, self.spec)
-        self.fragments = self.config.num_updates // run.fragment_steps
-        cfg.require(self.fragments >= 1, "fragment_steps", run.fragment_steps,
-                    f"must be <= the run's env steps per environment ({self.config.num_updates})")
+        self.T = resolve_fragment_steps(algo_name, self.al, run)
+        self.fragments = self.al.steps_per_env // self.T
+        cfg.require(self.fragments >= 1, "fragment_steps", self.T,
+                    f"must be <= the run's env steps per environment ({self.al.steps_per_env})")
         # The policy network must be a Dense chain for any precision: checked here, before compiling.
         self.policy_fn = jax.jit(jax.vmap(self.al.policy))
         keys = jax.random.split(jax.random.PRNGKey(run.seed), run.seeds)
@@ -67,6 +68,20 @@ class Prepared:
         policy_shape = jax.eval_shape(jax.vmap(self.al.policy), self.learner_shape)
         one = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), policy_shape)
         self.paths = network_paths(self.al.acting, one, self.spec.observation_shape)
+
+
+HOST_ALGORITHMS = ("dqn", "td3", "sac", "ppo")
+DEFAULT_FRAGMENT_STEPS = 10  # replay-based learners: store and learn step by step, so T only sets the batching
+
+
+def resolve_fragment_steps(algo_name: str, al: ActorLearner, run: RunConfig) -> int:
+    """T: the learner's own (PPO: num_steps) or the run's `fragment_steps` (default 10)."""
+    if al.fragment_steps:
+        cfg.require(run.fragment_steps in (None, al.fragment_steps), "fragment_steps", run.fragment_steps,
+                    f"{algo_name} learns from fragments of exactly its num_steps ({al.fragment_steps}) env steps "
+                    "per environment: leave fragment_steps unset and set num_steps")
+        return al.fragment_steps
+    return DEFAULT_FRAGMENT_STEPS if run.fragment_steps is None else run.fragment_steps
 
 
 def check_extras(run: RunConfig) -> None:
@@ -95,15 +110,11 @@ def resume(rundir: RunDir, algo_name: str, algo_config: Any, run: RunConfig, *,
 
 
 def _learn_fragment(al: ActorLearner):
-    """(learner [S], steps [T, S, N, ...]) -> (learner, per-seed metrics [S] summed over the T steps)."""
-
-    def one_seed(learner: Any, steps: Any) -> tuple[Any, dict]:
-        return jax.lax.scan(al.learn, learner, steps)
+    """(learner [S], steps [T, S, N, ...]) -> (learner, per-seed metrics [S], means over the fragment)."""
 
     def learn(learner: Any, steps: Any) -> tuple[Any, dict]:
         steps = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), steps)  # [S, T, N, ...]
-        learner, metrics = jax.vmap(one_seed)(learner, steps)
-        return learner, {k: v.sum(axis=1) for k, v in metrics.items()}
+        return jax.vmap(al.learn)(learner, steps)
 
     return learn
 
@@ -128,15 +139,16 @@ class SebulbaDriver:
     def __init__(self, p: Prepared, algo_name: str, run: RunConfig):
         self.p, self.run = p, run
         self.al = p.al
-        self.T = run.fragment_steps
+        self.T = p.T
         self.bounds = chunk_bounds(p.fragments, run.chunks)
         self.env_steps_per_update = self.T * p.al.num_envs
         self.members = run.seeds
         self.member_names = [f"seed {i}" for i in range(run.seeds)]
         self.compile_time_s = 0.0
         self.timers = dict.fromkeys(TIMERS, 0.0)
-        self.prior = {"versions": 0, "restarts": 0}
-        self.counts = {"versions": 0, "lag_sum": 0.0, "fragments": 0, "order_violations": 0, "nbytes": 0}
+        self.prior = {"versions": 0, "restarts": 0, "dropped": 0}
+        self.counts = {"versions": 0, "lag_sum": 0.0, "fragments": 0, "order_violations": 0, "nbytes": 0, "dropped": 0}
+        self.max_lag = run.resolved_max_lag if p.al.on_policy else None
         self.spec = ActorSpec(algo_name, p.config, run.env, run.seeds, run.actors, self.T, run.seed, run.imports)
         self.learn_fragment = _learn_fragment(p.al)
         self.pool = None
@@ -164,7 +176,8 @@ class SebulbaDriver:
 
     def meta(self) -> dict[str, Any]:
         return {**self.timers, "versions": self.prior["versions"] + self.counts["versions"],
-                "restarts": self.prior["restarts"] + (self.pool.restarts if self.pool is not None else 0)}
+                "restarts": self.prior["restarts"] + (self.pool.restarts if self.pool is not None else 0),
+                "dropped": self.prior["dropped"] + self.counts["dropped"]}
 
     def restore_meta(self, meta: dict[str, Any]) -> None:
         self.timers = {k: float(meta.get(k, 0.0)) for k in TIMERS}
@@ -197,14 +210,23 @@ class SebulbaDriver:
         return learner, jax.tree.map(jnp.add, sums, metrics)
 
     def run_chunk(self, chunk: int) -> tuple[Any, dict[str, np.ndarray]]:
-        seeds, T, timers, counts = self.run.seeds, self.T, self.timers, self.counts
+        seeds, timers, counts = self.run.seeds, self.timers, self.counts
         sums, ep_sum, ep_count = None, np.zeros(seeds), np.zeros(seeds)
         n = self.bounds[chunk] - self.updates_done
-        for _ in range(n):
+        while self.updates_done < self.bounds[chunk]:
             self._stop.check()  # between learner calls only: never with donated buffers in flight
             t0 = time.perf_counter()
             frag: Fragment = self.pool.next()
             t1 = time.perf_counter()
+            ep_sum += np.where(frag.episode_done, frag.episode_return, 0.0).sum(axis=(0, 2))
+            ep_count += frag.episode_done.sum(axis=(0, 2))
+            timers["actor_busy_s"] += frag.busy_s
+            if self.max_lag is not None and self.updates_done - frag.version > self.max_lag:
+                # On-policy data acted with too old a policy: dropped and counted, never learned from.
+                counts["dropped"] += 1
+                timers["wait_s"] += t1 - t0
+                self.pool.submit(frag.actor_id, self._copy_ref)
+                continue
             if self._learn_c is None:  # compiled for the first fragment's shapes
                 # Starting the actors (processes, Ray, their jitted programs) until the first fragment
                 # arrives is set-up, like compilation: kept out of the steps/s rate.
@@ -221,7 +243,6 @@ class SebulbaDriver:
             t2 = time.perf_counter()
             timers["wait_s"] += t1 - t0
             timers["learner_s"] += t2 - t1
-            timers["actor_busy_s"] += frag.busy_s
             self.updates_done += 1
             # Versions must not go back within an actor, in the order it made its fragments (which Ray
             # may deliver out of order).
@@ -234,9 +255,7 @@ class SebulbaDriver:
             if self.updates_done % self.run.publish_every == 0:
                 self._copy_ref = self._publish()
             self.pool.submit(frag.actor_id, self._copy_ref)
-            ep_sum += np.where(frag.episode_done, frag.episode_return, 0.0).sum(axis=(0, 2))
-            ep_count += frag.episode_done.sum(axis=(0, 2))
-        per_seed = {k: np.asarray(v) / (max(n, 1) * T) for k, v in jax.device_get(sums).items()} if sums else {}
+        per_seed = {k: np.asarray(v) / max(n, 1) for k, v in jax.device_get(sums).items()} if sums else {}
         per_seed["episode_return"] = np.where(ep_count > 0, ep_sum / np.maximum(ep_count, 1), np.nan)
         per_seed["policy_lag"] = np.full(seeds, counts["lag_sum"] / max(counts["fragments"], 1))
         return self.learner, per_seed
@@ -269,6 +288,9 @@ class SebulbaDriver:
             "versions_published": self.prior["versions"] + counts["versions"],
             "broadcast_bytes": counts["nbytes"],
             "policy_lag_mean": counts["lag_sum"] / max(counts["fragments"], 1),
+            "fragment_steps": self.T,
+            "max_lag": self.max_lag,
+            "fragments_dropped": self.prior["dropped"] + counts["dropped"],
             "version_order_violations": counts["order_violations"],
             "actor_restarts": self.prior["restarts"] + pool.restarts,
             "actor_failures": [f"actor {f.actor_id} incarnation {f.incarnation}: {f.error}" for f in pool.failures[:10]],
@@ -299,7 +321,8 @@ def sampling_policy(al: ActorLearner, obs_ndim: int) -> Any:
     """(fp32 policy params of one seed, ONE observation, key) -> the exploring action the env takes, as an
     actor's first env slot acts once past any warm-up."""
     acting = al.acting
-    return lambda p, obs, key: acting.to_env(explore_one(acting, forward(acting, p, obs[None], obs_ndim), key))[0]
+    return lambda p, obs, key: acting.to_env(
+        explore_one(acting, forward(acting, p, obs[None], obs_ndim), key, acting_aux(acting, p)))[0]
 
 
 def _evaluate_seeds(al: ActorLearner, env_name: str, params: Any, episodes: int, base_seed: int) -> np.ndarray:

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import optax
 
 from sparqrl import replay
-from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, episode_metrics, has_tracers, make_hparams_train_fn
+from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, episode_metrics, has_tracers, make_hparams_train_fn, per_step
 from sparqrl.algos.dqn.config import Config
 from sparqrl.algos.dqn.losses import apex_priority, chosen_q, q_target, td_loss, weighted_td_loss
 from sparqrl.config import fail
@@ -376,9 +376,9 @@ def make_acting(config: Config, spec: Any) -> Acting:
     network = _q_network(config, spec)
 
     def explore(
-        raw: jax.Array, key: jax.Array, env_steps: jax.Array, slots: jax.Array, total_slots: int
+        raw: jax.Array, key: jax.Array, env_steps: jax.Array, slots: jax.Array, total_slots: int, aux: Any = None
     ) -> tuple[jax.Array, jax.Array]:
-        del env_steps  # Ape-X's epsilons are fixed: no warm-up schedule
+        del env_steps, aux  # Ape-X's epsilons are fixed: no warm-up schedule
         q = raw.astype(jnp.float32)
         eps = apex_epsilons(slots, total_slots, config.apex_epsilon, config.apex_alpha)
         explore_key, random_key = jax.random.split(key)
@@ -445,7 +445,7 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
             buffer = prioritized.update_priorities(buffer, drawn.slots, stats.td_abs + eps_p, alpha)
         return _Carry(params, opt_state, buffer, _add_stats(carry.sums, stats, weights))
 
-    def learn(learner: LearnerState, step: Step) -> tuple[LearnerState, dict[str, jax.Array]]:
+    def learn_step(learner: LearnerState, step: Step) -> tuple[LearnerState, dict[str, jax.Array]]:
         """Store one env step of N envs (`step`, leaves [N, ...]) and take the gradient steps it makes due."""
         key, learn_key = jax.random.split(learner.key)
         items = Transition(
@@ -490,5 +490,6 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
         return learner.params
 
     return ActorLearner(
-        init=init, learn=learn, policy=policy, acting=make_acting(config, spec), num_envs=num_envs,
+        init=init, learn=per_step(learn_step), policy=policy, acting=make_acting(config, spec), num_envs=num_envs,
+        steps_per_env=config.num_updates,
     )

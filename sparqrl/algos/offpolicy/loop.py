@@ -1,7 +1,7 @@
 """The act-store-adjust-learn loop of TD3 and SAC with RLx2's settings, split for both runners.
 
     acting.explore(raw, key, env_steps, ...) -> (action, reference action)   actor side, [N, |A|] in [-1, 1]
-    learn(learner, step)                     -> (learner, metrics)             learner side, jitted
+    learn(learner, steps [T, N])             -> (learner, metrics)             learner side, jitted
 
 `make_offpolicy` returns them as the actor-learner contract (`sparqrl.algos.base.ActorLearner`):
 * on device (Anakin): `on_device(...)` makes the `Algorithm` whose `update` is forward → explore →
@@ -31,7 +31,7 @@ import numpy as np
 import optax
 
 from sparqrl import replay, returns, sparse
-from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, episode_metrics, explore_one, forward
+from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, episode_metrics, explore_one, forward, per_step
 from sparqrl.algos.offpolicy.config import TOPOLOGY, OffPolicyConfig
 from sparqrl.envs import Env, action_dim
 from sparqrl.replay import dynamic, nstep
@@ -232,11 +232,11 @@ def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> ActorLear
         )
 
     def explore(raw: jax.Array, key: jax.Array, env_steps: jax.Array, slots: jax.Array | None = None,
-                total_slots: int = 1) -> tuple[jax.Array, jax.Array]:
+                total_slots: int = 1, aux: Any = None) -> tuple[jax.Array, jax.Array]:
         """(action, reference action) [N, |A|] from the policy network's output raw [N, out]: uniform
         random for the env steps before `learning_start_step` (`env_steps` counts those already taken),
-        then the agent's behaviour. (`slots`/`total_slots`: unused, every env explores alike.)"""
-        del slots, total_slots
+        then the agent's behaviour. (`slots`/`total_slots`: unused, every env explores alike; no `aux`.)"""
+        del slots, total_slots, aux
         behaviour_key, random_key = jax.random.split(key)
         action, reference = agent.behaviour(raw, behaviour_key)
         n = raw.shape[0]
@@ -266,7 +266,7 @@ def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> ActorLear
         weights = {k: weights[k] + jnp.asarray(metrics[k][1], jnp.float32) for k in names}
         return agent_state, iteration, sums, weights
 
-    def learn(learner: Learner, step: Step) -> tuple[Learner, dict[str, jax.Array]]:
+    def learn_step(learner: Learner, step: Step) -> tuple[Learner, dict[str, jax.Array]]:
         """Store one env step of every environment (`step`, leaves [N, ...]) and learn from it."""
         row = Transition(step.obs, step.action, step.reward, step.next_obs, step.terminated, step.truncated,
                          step.extra)
@@ -302,7 +302,7 @@ def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> ActorLear
     def policy(learner: Learner) -> Any:
         return agent.policy(learner.agent)
 
-    return ActorLearner(init, learn, policy, acting, num_envs, agent.summary)
+    return ActorLearner(init, per_step(learn_step), policy, acting, num_envs, config.num_updates, agent.summary)
 
 
 def on_device(al: ActorLearner, config: OffPolicyConfig, env: Env) -> Algorithm:
@@ -323,7 +323,7 @@ def on_device(al: ActorLearner, config: OffPolicyConfig, env: Env) -> Algorithm:
         out = jax.vmap(env.step)(jax.random.split(step_key, num_envs), state.env_state, acting.to_env(action))
         step = Step(state.obs, action, out.reward, out.final_obs, out.terminated, out.truncated, reference,
                     jnp.ones(num_envs, jnp.float32))
-        learner, metrics = al.learn(state.learner._replace(key=key), step)
+        learner, metrics = al.learn(state.learner._replace(key=key), jax.tree.map(lambda x: x[None], step))
         return OnDeviceState(learner, out.state, out.obs.astype(jnp.float32)), {**episode_metrics(out.info), **metrics}
 
     def policy(state: OnDeviceState) -> Any:
