@@ -156,6 +156,20 @@ class ActorCritic(nn.Module):
         return dist, value
 
 
+class ActorBranch(nn.Module):
+    """The actor half of an MLP `ActorCritic` on flat observations [B, d] -> logits or Gaussian mean [B, A],
+    with the same parameter names ('MLP_0', 'Dense_0'): the plain Dense chain host actors run in any
+    precision (`sparqrl.quant`), on a subtree of the ActorCritic's parameters."""
+
+    action_dim: int
+    hidden: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return dense(self.action_dim, gain=0.01)(MLP(tuple(self.hidden), self.activation, obs_ndim=1)(x))
+
+
 class QNetwork(nn.Module):
     """Action values [..., n_actions] from an MLP or CNN torso."""
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
+import distrax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from sparqrl.algos.base import Algorithm, episode_metrics, has_tracers, make_hparams_train_fn
+from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, episode_metrics, has_tracers, make_hparams_train_fn
 from sparqrl.algos.ppo.config import Config
 from sparqrl.algos.ppo.losses import LossInfo, bootstrap_values, gae, normalize_advantages, ppo_loss
 from sparqrl.algos.ppo.objectives import (
@@ -30,6 +31,7 @@ from sparqrl.algos.ppo.objectives import (
     policy_loss as drift_policy_loss,
     rule_kind,
 )
+from sparqrl.config import require
 from sparqrl.envs import (
     Env,
     RunningStats,
@@ -39,7 +41,7 @@ from sparqrl.envs import (
     running_stats_init,
     running_stats_update,
 )
-from sparqrl.nets import ActorCritic, sequential_under_vmap
+from sparqrl.nets import ActorBranch, ActorCritic, sequential_under_vmap
 
 
 class PPOState(NamedTuple):
@@ -125,6 +127,64 @@ def value_objective_for(config: Config, meta_params: MetaParams | None = None
     return lambda values, old_values, targets: learned_value_loss(meta_params.value_loss, values, targets)
 
 
+def make_optimizer(config: Config) -> optax.GradientTransformation:
+    """Adam (eps 1e-5) after global-norm clipping, its rate annealed linearly to 0 over the run if asked."""
+    learning_rate = (
+        optax.linear_schedule(config.lr, 0.0, config.num_optimizer_steps) if config.anneal_lr else config.lr
+    )
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
+
+
+def make_learn_batch(config: Config, network: ActorCritic, optimizer: optax.GradientTransformation,
+                     meta_params: MetaParams | None = None
+                     ) -> Callable[[Learner, Batch, jax.Array], tuple[Learner, dict[str, jax.Array]]]:
+    """PPO's learning step on one batch [T, B] (both runners): `update_epochs` passes, each over the batch
+    shuffled and split into `num_minibatches` minibatches, one Adam step per minibatch. Returns the
+    learner and the loss terms' means over every minibatch."""
+
+    policy_objective = policy_objective_for(config, meta_params)
+    value_objective = value_objective_for(config, meta_params)
+
+    def loss_fn(params: Any, batch: Batch) -> tuple[jax.Array, LossInfo]:
+        dist, values = network.apply(params, batch.obs)
+        return ppo_loss(
+            dist.log_prob(batch.action),
+            batch.log_prob,
+            batch.advantages,
+            values,
+            batch.value,
+            batch.targets,
+            dist.entropy(),
+            clip_eps=config.clip_eps,
+            clip_value=config.value_loss == "clipped",
+            vf_coef=config.vf_coef,
+            ent_coef=config.ent_coef,
+            policy_objective=policy_objective,
+            value_objective=value_objective,
+        )
+
+    def sgd_step(learner: Learner, minibatch: Batch) -> tuple[Learner, LossInfo]:
+        grads, info = jax.grad(loss_fn, has_aux=True)(learner.params, minibatch)
+        updates, opt_state = optimizer.update(grads, learner.opt_state, learner.params)
+        return Learner(optax.apply_updates(learner.params, updates), opt_state), info
+
+    def learn_batch(learner: Learner, batch: Batch, key: jax.Array) -> tuple[Learner, dict[str, jax.Array]]:
+        batch = jax.tree.map(lambda x: x.reshape((config.batch_size, *x.shape[2:])), batch)
+
+        def epoch(learner: Learner, key: jax.Array) -> tuple[Learner, LossInfo]:
+            permutation = jax.random.permutation(key, config.batch_size)
+            minibatches = jax.tree.map(
+                lambda x: x[permutation].reshape((config.num_minibatches, config.minibatch_size, *x.shape[1:])),
+                batch,
+            )
+            return jax.lax.scan(sgd_step, learner, minibatches)
+
+        learner, infos = jax.lax.scan(epoch, learner, jax.random.split(key, config.update_epochs))
+        return learner, {name: jnp.mean(value) for name, value in infos._asdict().items()}
+
+    return learn_batch
+
+
 def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | None = None) -> Algorithm:
     """PPO over `env` (Discrete or Box actions). Raises `ConfigError` before tracing on a bad config.
 
@@ -144,13 +204,7 @@ def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | No
         activation=config.activation,
         torso=config.torso,
     )
-    learning_rate = (
-        optax.linear_schedule(config.lr, 0.0, config.num_optimizer_steps) if config.anneal_lr else config.lr
-    )
-    optimizer = optax.chain(
-        optax.clip_by_global_norm(config.max_grad_norm),
-        optax.adam(learning_rate, eps=1e-5),
-    )
+    optimizer = make_optimizer(config)
     if not discrete:
         action_low = np.asarray(env.action_space.low, np.float32)
         action_high = np.asarray(env.action_space.high, np.float32)
@@ -242,42 +296,7 @@ def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | No
         )
         return state, transition
 
-    policy_objective = policy_objective_for(config, meta_params)
-    value_objective = value_objective_for(config, meta_params)
-
-    def loss_fn(params: Any, batch: Batch) -> tuple[jax.Array, LossInfo]:
-        dist, values = network.apply(params, batch.obs)
-        return ppo_loss(
-            dist.log_prob(batch.action),
-            batch.log_prob,
-            batch.advantages,
-            values,
-            batch.value,
-            batch.targets,
-            dist.entropy(),
-            clip_eps=config.clip_eps,
-            clip_value=config.value_loss == "clipped",
-            vf_coef=config.vf_coef,
-            ent_coef=config.ent_coef,
-            policy_objective=policy_objective,
-            value_objective=value_objective,
-        )
-
-    def sgd_step(learner: Learner, minibatch: Batch) -> tuple[Learner, LossInfo]:
-        grads, info = jax.grad(loss_fn, has_aux=True)(learner.params, minibatch)
-        updates, opt_state = optimizer.update(grads, learner.opt_state, learner.params)
-        return Learner(optax.apply_updates(learner.params, updates), opt_state), info
-
-    def make_epoch(batch: Batch):
-        def epoch(learner: Learner, key: jax.Array) -> tuple[Learner, LossInfo]:
-            permutation = jax.random.permutation(key, config.batch_size)
-            minibatches = jax.tree.map(
-                lambda x: x[permutation].reshape((config.num_minibatches, config.minibatch_size, *x.shape[1:])),
-                batch,
-            )
-            return jax.lax.scan(sgd_step, learner, minibatches)
-
-        return epoch
+    learn_batch = make_learn_batch(config, network, optimizer, meta_params)
 
     def update(state: PPOState) -> tuple[PPOState, dict[str, jax.Array]]:
         key, rollout_key, epoch_key = jax.random.split(state.key, 3)
@@ -290,16 +309,9 @@ def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | No
             traj.reward, traj.value, next_values, traj.terminated, traj.done, config.gamma, config.gae_lambda
         )
         batch = Batch(traj.obs, traj.action, traj.log_prob, traj.value, advantages, targets)
-        batch = jax.tree.map(lambda x: x.reshape((config.batch_size, *x.shape[2:])), batch)
-        learner, infos = jax.lax.scan(
-            make_epoch(batch),
-            Learner(state.params, state.opt_state),
-            jax.random.split(epoch_key, config.update_epochs),
-        )
+        learner, losses = learn_batch(Learner(state.params, state.opt_state), batch, epoch_key)
         state = state._replace(params=learner.params, opt_state=learner.opt_state)
-        metrics = episode_metrics(traj.info)
-        metrics.update({name: jnp.mean(value) for name, value in infos._asdict().items()})
-        return state, metrics
+        return state, {**episode_metrics(traj.info), **losses}
 
     def policy(state: PPOState) -> PolicyParams:
         return PolicyParams(state.params, state.obs_stats)
@@ -332,3 +344,151 @@ def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | No
 def make_train(config: Config, env: Env):
     """The whole run as `train(key, hparams=None) -> (PPOState, metrics [num_updates])` (`base.make_hparams_train_fn`)."""
     return make_hparams_train_fn(make_algorithm, config.validate(env), env)
+
+
+# ---- actor-learner runner (host environments) ------------------------------------------------------
+
+
+class HostLearner(NamedTuple):
+    """The actor-learner runner's learner of one seed: PPO's networks and optimizer, and the normalisers
+    the actors act with (published with each version in `Acting.aux`)."""
+
+    params: Any
+    opt_state: optax.OptState
+    obs_stats: RunningStats | None
+    return_stats: RunningStats | None
+    key: jax.Array
+    env_steps: jax.Array  # int32 [], env steps learned from (all fragments of this seed)
+    gradient_steps: jax.Array  # int32 [], Adam steps taken
+
+
+def fragment_advantages(config: Config, values: jax.Array, next_values: jax.Array, steps: Step,
+                        reward: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """GAE (advantages, targets) [T, N] of a fragment: `next_values[t]` = V(steps.next_obs[t]), the
+    observation step t reached before any auto-reset, so a truncated episode bootstraps from its final
+    observation and a going-on one from the next step's (the same observation); `gae` cuts at every end."""
+    done = jnp.logical_or(steps.terminated, steps.truncated)
+    return gae(reward, values, next_values, steps.terminated, done, config.gamma, config.gae_lambda)
+
+
+def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
+    """PPO for the actor-learner runner on a host env `spec` (`HostSpec`). Actors sample from the policy
+    copy they were handed and send the behaviour log-probabilities; the learner takes one fragment [T =
+    num_steps, N = num_envs] as PureJaxRL's update takes one rollout: values and GAE under its current
+    network (at lag 0 the rollout's), then the same epochs of minibatch SGD as on device (`make_learn_batch`).
+    Fragments of an older policy are PPO's ratio to the behaviour policy (APPO); the runner drops those more
+    than `--max-lag` updates old. Normalisers live in the learner: observations are normalised with the
+    statistics of the version the actors hold (those before the fragment), then the fragment updates them;
+    rewards are scaled by the std of the discounted return the actors report (`Acting.return_gamma`)."""
+    config = config.validate(spec)
+    obs_shape = tuple(spec.observation_shape)
+    require(len(obs_shape) == 1 or config.torso == "mlp", "torso", config.torso,
+            f"ppo on host environments runs an MLP on flat observations (the actors' network is a chain of Dense "
+            f"layers); env {spec.name} has observations of shape {obs_shape}: use --set torso=mlp to flatten them")
+    discrete = is_discrete(spec)
+    network = ActorCritic(action_dim=action_dim(spec), discrete=discrete, obs_shape=obs_shape,
+                          hidden=tuple(config.hidden), activation=config.activation, torso=config.torso)
+    optimizer = make_optimizer(config)
+    learn_batch = make_learn_batch(config, network, optimizer, meta_params_for(config.objective, config.value_loss))
+    if not discrete:
+        action_low = np.asarray(spec.action_space.low, np.float32)
+        action_high = np.asarray(spec.action_space.high, np.float32)
+
+    def observe(obs_stats: RunningStats | None, obs: jax.Array) -> jax.Array:
+        obs = jnp.asarray(obs, jnp.float32)
+        return obs if obs_stats is None else normalize(obs_stats, obs)
+
+    def init(key: jax.Array) -> HostLearner:
+        key, params_key = jax.random.split(key)
+        params = network.init(params_key, jnp.zeros((1, *obs_shape), jnp.float32))
+        return HostLearner(
+            params=params,
+            opt_state=optimizer.init(params),
+            obs_stats=running_stats_init(obs_shape) if config.normalize_obs else None,
+            return_stats=running_stats_init(()) if config.normalize_reward else None,
+            key=key,
+            env_steps=jnp.zeros((), jnp.int32),
+            gradient_steps=jnp.zeros((), jnp.int32),
+        )
+
+    def learn(learner: HostLearner, steps: Step) -> tuple[HostLearner, dict[str, jax.Array]]:
+        """One PPO update on a fragment (`Step` leaves [T, N, ...]; `steps.extra`: behaviour log-probs)."""
+        key, epoch_key = jax.random.split(learner.key)
+        flat = lambda x: x.reshape((-1, *x.shape[2:]))  # noqa: E731  [T, N, ...] -> [T * N, ...]
+        obs, next_obs = observe(learner.obs_stats, steps.obs), observe(learner.obs_stats, steps.next_obs)
+        obs_stats = learner.obs_stats
+        if obs_stats is not None:
+            obs_stats = running_stats_update(obs_stats, flat(jnp.asarray(steps.next_obs, jnp.float32)))
+        reward, return_stats = jnp.asarray(steps.reward, jnp.float32), learner.return_stats
+        if return_stats is not None:
+            return_stats = running_stats_update(return_stats, flat(steps.discounted_return))
+            reward = reward / jnp.sqrt(return_stats.var + 1e-8)
+        _, values = network.apply(learner.params, obs)
+        _, next_values = network.apply(learner.params, next_obs)
+        advantages, targets = fragment_advantages(config, values, next_values, steps, reward)
+        batch = Batch(obs, steps.action, steps.extra, values, advantages, targets)
+        trained, metrics = learn_batch(Learner(learner.params, learner.opt_state), batch, epoch_key)
+        return HostLearner(
+            params=trained.params,
+            opt_state=trained.opt_state,
+            obs_stats=obs_stats,
+            return_stats=return_stats,
+            key=key,
+            env_steps=learner.env_steps + config.batch_size,
+            gradient_steps=learner.gradient_steps + config.update_epochs * config.num_minibatches,
+        ), metrics
+
+    def policy(learner: HostLearner) -> PolicyParams:
+        return PolicyParams(learner.params, learner.obs_stats)
+
+    return ActorLearner(
+        init=init, learn=learn, policy=policy, acting=make_acting(config, spec, network),
+        num_envs=config.num_envs, steps_per_env=config.num_updates * config.num_steps,
+        fragment_steps=config.num_steps, on_policy=True,
+    )
+
+
+def make_acting(config: Config, spec: Any, network: ActorCritic) -> Acting:
+    """How an actor acts (`sparqrl.algos.base.Acting`): the actor half of the `ActorCritic` (a Dense chain
+    on normalised flat observations, `ActorBranch`) gives logits or the Gaussian mean; `aux` carries the
+    observation statistics and the log-std; `extra` is the sample's log-probability under the copy."""
+    discrete = network.discrete
+    branch = ActorBranch(network.action_dim, tuple(network.hidden), network.activation)
+    if not discrete:
+        low, high = np.asarray(spec.action_space.low, np.float32), np.asarray(spec.action_space.high, np.float32)
+
+    def aux(policy_params: PolicyParams) -> dict[str, Any]:
+        out = {} if policy_params.obs_stats is None else {"obs_stats": policy_params.obs_stats}
+        if not discrete:
+            out["log_std"] = policy_params.params["params"]["log_std"]
+        return out
+
+    def distribution(raw: jax.Array, aux: dict[str, Any]) -> Any:
+        if discrete:
+            return distrax.Categorical(logits=raw)
+        return distrax.MultivariateNormalDiag(raw, jnp.exp(aux["log_std"]) * jnp.ones_like(raw))
+
+    def explore(raw: jax.Array, key: jax.Array, env_steps: jax.Array, slots: jax.Array, total_slots: int,
+                aux: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
+        del env_steps, slots, total_slots  # every env samples alike, from the start
+        dist = distribution(raw, aux)
+        action = dist.sample(seed=key)
+        return (action.astype(jnp.int32) if discrete else action), dist.log_prob(action)
+
+    def greedy(raw: jax.Array) -> jax.Array:
+        return jnp.argmax(raw, axis=-1).astype(jnp.int32) if discrete else raw
+
+    def observe(aux: dict[str, Any], obs: jax.Array) -> jax.Array:
+        return normalize(aux["obs_stats"], obs) if "obs_stats" in aux else obs
+
+    return Acting(
+        network=branch,
+        network_params=lambda p: {"params": {k: p.params["params"][k] for k in ("MLP_0", "Dense_0")}},
+        activation=config.activation,
+        explore=explore,
+        greedy=greedy,
+        to_env=(lambda action: action) if discrete else (lambda action: jnp.clip(action, low, high)),
+        aux=aux,
+        observe=observe if config.normalize_obs else None,
+        return_gamma=config.gamma if config.normalize_reward else None,
+    )
