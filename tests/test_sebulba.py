@@ -64,10 +64,9 @@ def test_eval_and_resume_of_a_finished_run_reproduce_the_final_evaluation(sparse
     np.testing.assert_allclose(again["final_return_per_seed"], summary["final_return_per_seed"], rtol=1e-5)
 
 
-def test_host_envs_train_only_off_policy_algorithms(tmp_path):
-    with pytest.raises(ConfigError, match=r"algo='ppo' .*actor-learner runner, which trains dqn, td3 and sac"):
-        train("ppo", ppo.Config(),
-              RunConfig(env="gym:Pendulum-v1", out=str(tmp_path / "x")))
+def test_bad_host_settings_are_errors_before_anything_is_written(tmp_path):
+    with pytest.raises(ConfigError, match=r"torso='auto' .*ppo on host environments runs an MLP on flat observations"):
+        train("ppo", ppo.Config(), RunConfig(env="gym:ALE/Breakout-v5", out=str(tmp_path / "x")))
     with pytest.raises(ConfigError, match=r"actor_sparsity=None .*must be given for env 'gym:Pendulum-v1'"):
         train("td3", td3.Config(sparse="rigl", **SMALL), RunConfig(env="gym:Pendulum-v1", out=str(tmp_path / "y")))
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()  # nothing written

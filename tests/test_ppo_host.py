@@ -1,0 +1,169 @@
+"""PPO on host environments (the actor-learner runner): GAE on fragments, what actors send, learning,
+Ray against inline, stale fragments dropped."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import RAY_SERIAL
+
+from sparqrl.algos import ppo
+from sparqrl.algos.base import Step
+from sparqrl.algos.ppo.losses import bootstrap_values, gae
+from sparqrl.algos.ppo.train import fragment_advantages
+from sparqrl.config import ConfigError
+from sparqrl.envs import host_spec, normalize
+from sparqrl.nets import ActorCritic
+from sparqrl.runners import RunConfig, train
+from sparqrl.runners.actors import ActorSpec, InlinePool, RayPool, network_paths, quantized_copy, ray_session
+
+PENDULUM = "gym:Pendulum-v1"
+# Continuous actions with both normalisers: the actors need the observation statistics, the log-std and
+# the discounted returns.
+SMALL = dict(num_envs=2, num_steps=8, total_timesteps=64, hidden=(16, 16), normalize_obs=True,
+             normalize_reward=True)
+
+
+def test_fragment_gae_equals_the_on_device_gae_on_the_same_data():
+    """The host learner's GAE (next values V(next_obs) of every step) equals the on-device one (next values
+    from the following step, V(final obs) only where truncated) on one trajectory with terminations,
+    truncations and going-on episodes; V is a fixed linear function."""
+    rng = np.random.default_rng(0)
+    T, N, d = 40, 3, 4
+    w = rng.normal(size=d).astype(np.float32)
+    V = lambda x: np.asarray(x @ w, np.float32)  # noqa: E731
+    kind = rng.choice(3, size=(T, N), p=[0.8, 0.1, 0.1])  # going on, terminated, truncated
+    terminated, truncated = kind == 1, kind == 2
+    states = rng.normal(size=(T + 1, N, d)).astype(np.float32)  # the observation each step starts in
+    final = rng.normal(size=(T, N, d)).astype(np.float32)  # the observation an episode ended in
+    next_obs = np.where((terminated | truncated)[..., None], final, states[1:])
+    reward = rng.normal(size=(T, N)).astype(np.float32)
+    config = ppo.Config(gamma=0.97, gae_lambda=0.9)
+
+    steps = Step(states[:-1], None, reward, next_obs, terminated, truncated, None, None)
+    host = fragment_advantages(config, V(states[:-1]), V(next_obs), steps, reward)
+    truncated_value = np.where(truncated, V(final), 0.0)
+    next_values = bootstrap_values(V(states[:-1]), V(states[-1]), truncated, truncated_value)
+    device = gae(reward, V(states[:-1]), next_values, terminated, terminated | truncated, 0.97, 0.9)
+    for a, b in zip(host, device):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def _spec(seeds: int = 2) -> ActorSpec:
+    config = ppo.Config(**SMALL).validate(host_spec(PENDULUM))
+    return ActorSpec("ppo", config, PENDULUM, seeds, 1, config.num_steps, seed=3)
+
+
+def _copy(spec: ActorSpec):
+    """A published fp32 copy of initialised learners whose observation statistics are not the identity."""
+    al = ppo.make_actor_learner(spec.config, host_spec(PENDULUM))
+    learner = jax.jit(jax.vmap(al.init))(jax.random.split(jax.random.PRNGKey(0), spec.seeds))
+    stats = learner.obs_stats._replace(mean=learner.obs_stats.mean + 0.3, var=learner.obs_stats.var * 2.0)
+    learner = learner._replace(obs_stats=stats)
+    policy = jax.device_get(jax.vmap(al.policy)(learner))
+    paths = network_paths(al.acting, policy, host_spec(PENDULUM).observation_shape)
+    return al, learner, quantized_copy(5, policy, al.acting, paths, "fp32", "channel", env_steps=0)
+
+
+def test_actors_send_behaviour_log_probs_and_discounted_returns():
+    spec = _spec()
+    _, learner, copy = _copy(spec)
+    pool = InlinePool(spec)
+    try:
+        frags = []
+        for _ in range(3):
+            pool.submit(0, copy)
+            frags.append(pool.next())
+    finally:
+        pool.close()
+    steps = jax.tree.map(lambda *xs: np.concatenate(xs), *[f.steps for f in frags])  # [3 T, S, N, ...]
+    assert steps.obs.shape == (24, 2, 2, 3) and steps.action.shape == (24, 2, 2, 1) and steps.extra.shape == (24, 2, 2)
+
+    # The log-probability the actor sent is the learner's under the same parameters and statistics.
+    net = ActorCritic(action_dim=1, discrete=False, obs_shape=(3,), hidden=(16, 16), activation="tanh")
+    for s in range(2):
+        params = jax.tree.map(lambda x: x[s], learner.params)
+        stats = jax.tree.map(lambda x: x[s], learner.obs_stats)
+        dist, _ = net.apply(params, normalize(stats, jnp.asarray(steps.obs[:, s])))
+        np.testing.assert_allclose(np.asarray(dist.log_prob(steps.action[:, s])), steps.extra[:, s], rtol=1e-4,
+                                   atol=1e-4)
+
+    # Discounted returns: G_t = gamma G_{t-1} + r_t, restarted after every episode's end (NumPy loop).
+    gamma, G = spec.config.gamma, np.zeros((2, 2), np.float32)
+    expected = []
+    for t in range(24):
+        G = gamma * G + steps.reward[t]
+        expected.append(G)
+        G = np.where(steps.terminated[t] | steps.truncated[t], 0.0, G)
+    np.testing.assert_allclose(steps.discounted_return, np.stack(expected), rtol=1e-5)
+
+
+@RAY_SERIAL
+def test_a_ray_actor_sends_the_fragments_an_inline_actor_sends():
+    spec = _spec()
+    _, _, copy = _copy(spec)
+
+    def collect(pool, ref):
+        out = []
+        for _ in range(2):
+            pool.submit(0, ref)
+            out.append(pool.next())
+        return out
+
+    inline = InlinePool(spec)
+    try:
+        expected = collect(inline, copy)
+    finally:
+        inline.close()
+    with ray_session(None, 1):
+        pool = RayPool(spec)
+        try:
+            got = collect(pool, pool.publish(copy))
+        finally:
+            pool.close()
+    for a, b in zip(expected, got):
+        assert (a.version, a.sequence) == (b.version, b.sequence)
+        for x, y in zip(jax.tree.leaves(a.steps), jax.tree.leaves(b.steps)):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_ppo_learns_cartpole_on_the_host(tmp_path):
+    """PureJaxRL's CartPole settings (4 envs x 128 steps), one inline actor, 100k env steps, seed 0."""
+    run = RunConfig(env="gym:CartPole-v1", out=str(tmp_path / "run"), chunks=4, eval_every=0, progress=False,
+                    energy=False)
+    summary = train("ppo", ppo.Config(total_timesteps=100_000), run)
+    print(f"PPO host CartPole: {summary['final_return_mean']:.1f}, {summary['env_steps_per_s']:.0f} env steps/s, "
+          f"lag {summary['policy_lag_mean']:.2f}")
+    assert summary["final_return_mean"] >= 450.0
+    assert summary["fragment_steps"] == 128 and summary["fragments_dropped"] == 0
+    assert summary["steps"] == 100_000 // 512 * 512
+
+
+def test_fragments_older_than_max_lag_are_dropped_and_counted(tmp_path, monkeypatch):
+    """Every third fragment the actors hand over is made 10 versions old: the learner must skip each one
+    (counted), learn exactly its budget of fresh ones, and never see a stale one."""
+    real_next = InlinePool.next
+    calls = {"n": 0}
+
+    def stale_next(self):
+        frag = real_next(self)
+        calls["n"] += 1
+        return frag._replace(version=frag.version - 10) if calls["n"] % 3 == 0 else frag
+
+    monkeypatch.setattr(InlinePool, "next", stale_next)
+    run = RunConfig(env=PENDULUM, out=str(tmp_path / "run"), chunks=2, eval_every=0, eval_episodes=1,
+                    progress=False, energy=False, max_lag=3)
+    summary = train("ppo", ppo.Config(**SMALL | {"total_timesteps": 160}), run)
+    assert summary["steps"] == 160 and summary["versions_published"] == 1 + 10
+    assert summary["fragments_dropped"] == calls["n"] // 3 >= 3
+    assert summary["policy_lag_mean"] <= 1.0  # of the fragments learned from
+
+
+def test_bad_host_ppo_settings_are_one_line_errors(tmp_path):
+    with pytest.raises(ConfigError, match=r"fragment_steps=7 .*learns from fragments of exactly its num_steps \(8\)"):
+        train("ppo", ppo.Config(**SMALL), RunConfig(env=PENDULUM, out=str(tmp_path / "a"), fragment_steps=7))
+    with pytest.raises(ConfigError, match=r"max_lag=0 .*actors x in_flight - 1 = 1"):
+        train("ppo", ppo.Config(**SMALL), RunConfig(env=PENDULUM, out=str(tmp_path / "b"), max_lag=0))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
