@@ -7,7 +7,8 @@ from sparqrl.algos.base import Algorithm, evaluate, make_train_fn
 __all__ = ["ALGORITHMS", "Algorithm", "evaluate", "get_algorithm", "make_train_fn"]
 
 # name -> module path; each module has `Config` (frozen dataclass) and `make_algorithm(config, env)`.
-ALGORITHMS = {"ppo": "sparqrl.algos.ppo", "dqn": "sparqrl.algos.dqn", "td3": "sparqrl.algos.td3", "sac": "sparqrl.algos.sac"}
+ALGORITHMS = {"ppo": "sparqrl.algos.ppo", "dqn": "sparqrl.algos.dqn", "td3": "sparqrl.algos.td3", "sac": "sparqrl.algos.sac",
+              "impala": "sparqrl.algos.impala"}
 
 
 def get_algorithm(name: str):

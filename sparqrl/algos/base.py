@@ -269,3 +269,71 @@ def forward(acting: Acting, policy_params: Any, obs: jax.Array, obs_ndim: int) -
     """The policy network's raw output [..., out] on raw observations [..., *obs_shape], in fp32."""
     x = observe(acting, acting_aux(acting, policy_params), obs)
     return acting.network.apply(acting.network_params(policy_params), flatten_obs(x, obs_ndim))
+
+
+class OnDeviceState(NamedTuple):
+    """`on_device`'s state of one seed: the learner, the JAX environments it steps and their observations."""
+
+    learner: Any
+    env_state: Any  # [N]
+    obs: jax.Array  # [N, *obs_shape], raw
+    discounted_return: jax.Array  # float32 [N] (zeros unless `Acting.return_gamma`)
+    env_steps: jax.Array  # int32 [], env steps of this seed so far
+    key: jax.Array
+
+
+def on_device(al: ActorLearner, env: Env, fragment_steps: int, num_updates: int) -> Algorithm:
+    """The on-device runner's `Algorithm` of a fragment learner: one update rolls out `fragment_steps` steps
+    of `al.num_envs` JAX environments with `al.acting` on the learner's current policy (fp32, lag 0) and
+    learns from that fragment with the same `al.learn` the actor-learner runner calls on actors' fragments."""
+    acting, n = al.acting, al.num_envs
+    obs_ndim = len(env.observation_shape)
+    slots = jnp.arange(n, dtype=jnp.int32)
+
+    def init(key: jax.Array) -> OnDeviceState:
+        key, reset_key, learner_key = jax.random.split(key, 3)
+        obs, env_state = jax.vmap(env.reset)(jax.random.split(reset_key, n))
+        return OnDeviceState(al.init(learner_key), env_state, obs.astype(jnp.float32), jnp.zeros(n, jnp.float32),
+                             jnp.zeros((), jnp.int32), key)
+
+    def step(carry: tuple[OnDeviceState, Any, Any], key: jax.Array) -> tuple[tuple, tuple[Step, dict]]:
+        state, policy_params, aux = carry
+        act_key, env_key = jax.random.split(key)
+        raw = forward(acting, policy_params, state.obs, obs_ndim)
+        action, extra = acting.explore(raw, act_key, state.env_steps, slots, n, aux)
+        out = jax.vmap(env.step)(jax.random.split(env_key, n), state.env_state, acting.to_env(action))
+        reward = out.reward.astype(jnp.float32)
+        discounted = state.discounted_return
+        if acting.return_gamma is not None:
+            discounted = acting.return_gamma * discounted + reward
+        row = Step(state.obs, action, reward, out.final_obs.astype(jnp.float32), out.terminated, out.truncated,
+                   extra, jnp.ones(n, jnp.float32), discounted if acting.return_gamma is not None else None)
+        discounted = jnp.where(out.terminated | out.truncated, 0.0, discounted)
+        state = state._replace(env_state=out.state, obs=out.obs.astype(jnp.float32), discounted_return=discounted,
+                               env_steps=state.env_steps + n)
+        return (state, policy_params, aux), (row, out.info)
+
+    def update(state: OnDeviceState) -> tuple[OnDeviceState, dict[str, jax.Array]]:
+        key, rollout_key = jax.random.split(state.key)
+        policy_params = al.policy(state.learner)
+        (state, _, _), (steps, info) = jax.lax.scan(
+            step, (state._replace(key=key), policy_params, acting_aux(acting, policy_params)),
+            jax.random.split(rollout_key, fragment_steps))
+        learner, metrics = al.learn(state.learner, steps)
+        return state._replace(learner=learner), {**episode_metrics(info), **metrics}
+
+    def policy(state: OnDeviceState) -> Any:
+        return al.policy(state.learner)
+
+    def act(policy_params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
+        """The deterministic action for ONE observation, in env units (the key is unused)."""
+        del key
+        return acting.to_env(acting.greedy(forward(acting, policy_params, obs, obs_ndim)))
+
+    def sample(policy_params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
+        """The exploring action for ONE observation, in env units."""
+        raw = forward(acting, policy_params, obs[None], obs_ndim)
+        return acting.to_env(explore_one(acting, raw, key, acting_aux(acting, policy_params)))[0]
+
+    return Algorithm(init=init, update=update, policy=policy, act=act, env_steps_per_update=fragment_steps * n,
+                     num_updates=num_updates, summary=al.summary, sample=sample)

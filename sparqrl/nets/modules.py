@@ -157,17 +157,29 @@ class ActorCritic(nn.Module):
 
 
 class ActorBranch(nn.Module):
-    """The actor half of an MLP `ActorCritic` on flat observations [B, d] -> logits or Gaussian mean [B, A],
-    with the same parameter names ('MLP_0', 'Dense_0'): the plain Dense chain host actors run in any
-    precision (`sparqrl.quant`), on a subtree of the ActorCritic's parameters."""
+    """The actor half of an `ActorCritic` on flat observations [B, d] -> logits or Gaussian mean [B, A], with
+    the same parameter names (its torso 'MLP_0' or 'MinAtarCNN_0', its head 'Dense_0'), so it runs on a
+    subtree of the ActorCritic's parameters (`actor_branch_params`). With an MLP torso it is the plain Dense
+    chain host actors run in any precision (`sparqrl.quant`)."""
 
     action_dim: int
+    obs_shape: tuple[int, ...]
     hidden: Sequence[int] = (64, 64)
     activation: str = "tanh"
+    torso: str = "auto"  # make_torso's kind
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        return dense(self.action_dim, gain=0.01)(MLP(tuple(self.hidden), self.activation, obs_ndim=1)(x))
+        torso = make_torso(self.obs_shape, self.hidden, self.activation, self.torso)
+        if isinstance(torso, MinAtarCNN):
+            x = x.reshape(x.shape[:-1] + tuple(self.obs_shape))
+        return dense(self.action_dim, gain=0.01)(torso(x))
+
+
+def actor_branch_params(variables: Any) -> Any:
+    """The `ActorBranch` variables inside an `ActorCritic`'s: its first torso and its first Dense head."""
+    params = variables["params"]
+    return {"params": {k: params[k] for k in ("MLP_0", "MinAtarCNN_0", "Dense_0") if k in params}}
 
 
 class QNetwork(nn.Module):

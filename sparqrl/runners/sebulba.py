@@ -70,7 +70,7 @@ class Prepared:
         self.paths = network_paths(self.al.acting, one, self.spec.observation_shape)
 
 
-HOST_ALGORITHMS = ("dqn", "td3", "sac", "ppo")
+HOST_ALGORITHMS = ("dqn", "td3", "sac", "ppo", "impala")
 DEFAULT_FRAGMENT_STEPS = 10  # replay-based learners: store and learn step by step, so T only sets the batching
 
 

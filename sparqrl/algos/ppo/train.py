@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
-import distrax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, episode_metrics, has_tracers, make_hparams_train_fn
+from sparqrl.algos.actor_critic import PolicyParams, make_acting
+from sparqrl.algos.base import ActorLearner, Algorithm, Step, episode_metrics, has_tracers, make_hparams_train_fn
 from sparqrl.algos.ppo.config import Config
 from sparqrl.algos.ppo.losses import LossInfo, bootstrap_values, gae, normalize_advantages, ppo_loss
 from sparqrl.algos.ppo.objectives import (
@@ -41,7 +41,7 @@ from sparqrl.envs import (
     running_stats_init,
     running_stats_update,
 )
-from sparqrl.nets import ActorBranch, ActorCritic, sequential_under_vmap
+from sparqrl.nets import ActorCritic, sequential_under_vmap
 
 
 class PPOState(NamedTuple):
@@ -55,13 +55,6 @@ class PPOState(NamedTuple):
     obs_stats: RunningStats | None  # running mean/var of observations
     return_stats: RunningStats | None  # running mean/var of the discounted return (reward scaling)
     discounted_return: jax.Array | None  # [num_envs] discounted return of the running episodes
-
-
-class PolicyParams(NamedTuple):
-    """What the deterministic policy needs: network parameters and the observation statistics."""
-
-    params: Any
-    obs_stats: RunningStats | None
 
 
 class Transition(NamedTuple):
@@ -442,53 +435,8 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
         return PolicyParams(learner.params, learner.obs_stats)
 
     return ActorLearner(
-        init=init, learn=learn, policy=policy, acting=make_acting(config, spec, network),
+        init=init, learn=learn, policy=policy,
+        acting=make_acting(network, spec, config.normalize_obs, config.gamma if config.normalize_reward else None),
         num_envs=config.num_envs, steps_per_env=config.num_updates * config.num_steps,
         fragment_steps=config.num_steps, on_policy=True,
-    )
-
-
-def make_acting(config: Config, spec: Any, network: ActorCritic) -> Acting:
-    """How an actor acts (`sparqrl.algos.base.Acting`): the actor half of the `ActorCritic` (a Dense chain
-    on normalised flat observations, `ActorBranch`) gives logits or the Gaussian mean; `aux` carries the
-    observation statistics and the log-std; `extra` is the sample's log-probability under the copy."""
-    discrete = network.discrete
-    branch = ActorBranch(network.action_dim, tuple(network.hidden), network.activation)
-    if not discrete:
-        low, high = np.asarray(spec.action_space.low, np.float32), np.asarray(spec.action_space.high, np.float32)
-
-    def aux(policy_params: PolicyParams) -> dict[str, Any]:
-        out = {} if policy_params.obs_stats is None else {"obs_stats": policy_params.obs_stats}
-        if not discrete:
-            out["log_std"] = policy_params.params["params"]["log_std"]
-        return out
-
-    def distribution(raw: jax.Array, aux: dict[str, Any]) -> Any:
-        if discrete:
-            return distrax.Categorical(logits=raw)
-        return distrax.MultivariateNormalDiag(raw, jnp.exp(aux["log_std"]) * jnp.ones_like(raw))
-
-    def explore(raw: jax.Array, key: jax.Array, env_steps: jax.Array, slots: jax.Array, total_slots: int,
-                aux: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
-        del env_steps, slots, total_slots  # every env samples alike, from the start
-        dist = distribution(raw, aux)
-        action = dist.sample(seed=key)
-        return (action.astype(jnp.int32) if discrete else action), dist.log_prob(action)
-
-    def greedy(raw: jax.Array) -> jax.Array:
-        return jnp.argmax(raw, axis=-1).astype(jnp.int32) if discrete else raw
-
-    def observe(aux: dict[str, Any], obs: jax.Array) -> jax.Array:
-        return normalize(aux["obs_stats"], obs) if "obs_stats" in aux else obs
-
-    return Acting(
-        network=branch,
-        network_params=lambda p: {"params": {k: p.params["params"][k] for k in ("MLP_0", "Dense_0")}},
-        activation=config.activation,
-        explore=explore,
-        greedy=greedy,
-        to_env=(lambda action: action) if discrete else (lambda action: jnp.clip(action, low, high)),
-        aux=aux,
-        observe=observe if config.normalize_obs else None,
-        return_gamma=config.gamma if config.normalize_reward else None,
     )

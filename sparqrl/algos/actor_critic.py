@@ -1,0 +1,77 @@
+"""What the actor-critic algorithms (PPO, IMPALA) share: their policy params and how their actors act.
+
+Both train `nets.ActorCritic` (separate actor and critic torsos) and act by sampling its distribution, so
+one `Acting` serves both: the actor half (`nets.ActorBranch`, on a subtree of the parameters) gives logits
+or the Gaussian mean; `aux` carries what the network does not (the observation statistics, the log-std),
+in fp32 whatever precision the network is published in; `extra` is the sample's log-probability under
+the copy the actor holds (the behaviour policy's, for PPO's ratio and V-trace's importance weights).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import distrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sparqrl.algos.base import Acting
+from sparqrl.envs import RunningStats, normalize
+from sparqrl.nets import ActorBranch, ActorCritic, actor_branch_params
+
+
+class PolicyParams(NamedTuple):
+    """What the policy needs: network parameters and the observation statistics (None: not normalised)."""
+
+    params: Any
+    obs_stats: RunningStats | None
+
+
+def distribution(raw: jax.Array, log_std: jax.Array | None) -> distrax.Distribution:
+    """The policy's distribution from the actor half's output: categorical over logits (log_std None), or
+    a diagonal Gaussian with state-independent log-std, as `ActorCritic` builds it."""
+    if log_std is None:
+        return distrax.Categorical(logits=raw)
+    return distrax.MultivariateNormalDiag(raw, jnp.exp(log_std) * jnp.ones_like(raw))
+
+
+def make_acting(network: ActorCritic, spec: Any, normalize_obs: bool, return_gamma: float | None) -> Acting:
+    """Sampling actors for `network` on env `spec`: discrete actions as int32, continuous ones as the raw
+    Gaussian sample (its log-probability is of that sample) that `to_env` clips to the action bounds."""
+    discrete = network.discrete
+    branch = ActorBranch(network.action_dim, tuple(network.obs_shape), tuple(network.hidden), network.activation,
+                         network.torso)
+    if not discrete:
+        low, high = np.asarray(spec.action_space.low, np.float32), np.asarray(spec.action_space.high, np.float32)
+
+    def aux(policy_params: PolicyParams) -> dict[str, Any]:
+        out = {} if policy_params.obs_stats is None else {"obs_stats": policy_params.obs_stats}
+        if not discrete:
+            out["log_std"] = policy_params.params["params"]["log_std"]
+        return out
+
+    def explore(raw: jax.Array, key: jax.Array, env_steps: jax.Array, slots: jax.Array, total_slots: int,
+                aux: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
+        del env_steps, slots, total_slots  # every env samples alike, from the start
+        dist = distribution(raw, aux.get("log_std"))
+        action = dist.sample(seed=key)
+        return (action.astype(jnp.int32) if discrete else action), dist.log_prob(action)
+
+    def greedy(raw: jax.Array) -> jax.Array:
+        return jnp.argmax(raw, axis=-1).astype(jnp.int32) if discrete else raw
+
+    def observe(aux: dict[str, Any], obs: jax.Array) -> jax.Array:
+        return normalize(aux["obs_stats"], obs)
+
+    return Acting(
+        network=branch,
+        network_params=lambda policy_params: actor_branch_params(policy_params.params),
+        activation=network.activation,
+        explore=explore,
+        greedy=greedy,
+        to_env=(lambda action: action) if discrete else (lambda action: jnp.clip(action, low, high)),
+        aux=aux,
+        observe=observe if normalize_obs else None,
+        return_gamma=return_gamma,
+    )
