@@ -77,10 +77,10 @@ def _strings(values: dict[str, Any]) -> dict[str, str]:
 def train(algo: str, env: Any, *, steps: int, seeds: int = 1, out: str | Path | None = None, overwrite: bool = False,
           resume: bool = False, callback: Callback | None = None, progress: bool = False,
           **options: Any) -> Run:
-    """Train `algo` (ppo, dqn, td3, sac) on `env` for `steps` env steps per seed, `seeds` seeds side by side.
+    """Train `algo` (ppo, impala, dqn, td3, sac) on `env` for `steps` env steps per seed, `seeds` seeds side by side.
 
     env: a name (a gymnax id, brax:NAME, gym:NAME, gym:MODULE:CLASS, jax:MODULE:ATTR), or your own environment
-    object: a gymnasium.Env subclass or zero-argument factory (stepped on the host: dqn, td3, sac), or a JAX
+    object: a gymnasium.Env subclass or zero-argument factory (stepped on the host: every algorithm), or a JAX
     env (sparqrl's `Env` protocol, or a gymnax Environment instance, class or factory; on the device). An
     object a new process can import (defined at module level of an importable module) is recorded by that
     name; any other (a lambda, a local class) trains, but `load`/`eval` in a new process then need it

@@ -158,7 +158,7 @@ def test_objects_that_cannot_be_imported_train_in_process_and_need_passing_again
     (["dqn", "--env", "gym:own_envs:Nope"], ["gym:own_envs:Nope", "no attribute 'Nope'"]),
     (["dqn", "--env", "gym:own_envs:Chain"], ["JAX environment", "jax:own_envs:Chain"]),
     (["ppo", "--env", "jax:own_envs:SixTuple"], ["StepOut", "tuple of 6 values"]),
-    (["ppo", "--env", "gym:own_envs:GoRight"], ["actor-learner", "dqn, td3"]),
+    (["ppo", "--env", "gym:own_envs:GoRight", "--fragment-steps", "7"], ["fragment_steps=7", "exactly its num_steps"]),
 ])
 def test_bad_environments_are_one_line_errors_and_write_nothing(args, words, tmp_path, capsys):
     out = tmp_path / "run"

@@ -4,7 +4,7 @@ process (`sparqrl eval`, `train --resume`, `sparqrl.load`) can rebuild it.
 Names (what `--env` takes and what a run's config.json records):
 
     gym:MODULE:Attr      Attr (in the importable MODULE) is a `gymnasium.Env` subclass or a zero-argument
-                         factory returning one: stepped on the host (dqn, td3, sac)
+                         factory returning one: stepped on the host (every algorithm)
     gym:MODULE:Id-v0     MODULE registers the Gymnasium id Id-v0 when imported (Gymnasium's own
                          "module:id" form); same as `--import MODULE --env gym:Id-v0`
     jax:MODULE:Attr      Attr is a JAX env on the device (all algorithms): an object following the `Env`
@@ -340,7 +340,7 @@ def device_env(name: str) -> UserEnv:
     obj = resolve(name)
     if classify(obj, name) != DEVICE:
         fail("env", name, f"is a Gymnasium environment: name it {HOST_PREFIX}{name[len(DEVICE_PREFIX):]} "
-                          "(stepped on the host by dqn, td3, sac)")
+                          "(stepped on the host)")
     if isinstance(obj, type) or not _is_device_env(obj):
         obj = _call(obj, name)  # a class or a factory
     if isinstance(obj, _gymnax_environment()):

@@ -96,7 +96,7 @@ def _action_space(name: str, space: Any) -> Space:
         return Discrete(int(space.n))
     if isinstance(space, spaces.Box):
         return Box.make(space.low, space.high, tuple(space.shape))
-    raise ConfigError(f"env={name!r} has {space} actions; {custom.ACTIONS_SUPPORTED} (on the host: dqn, td3, sac)")
+    raise ConfigError(f"env={name!r} has {space} actions; {custom.ACTIONS_SUPPORTED} (on the host)")
 
 
 @dataclasses.dataclass(frozen=True)

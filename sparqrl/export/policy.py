@@ -145,7 +145,7 @@ def describe(algo: str, config: Any, obs_shape: tuple[int, ...], action_space: A
         center, half_range = (high + low) / 2.0, (high - low) / 2.0  # as `offpolicy.loop.to_env`
         return Policy(obs_shape, None, None, stack, Head(False, take, True, center, half_range))
 
-    if algo == "ppo":
+    if algo in ("ppo", "impala"):  # the same ActorCritic and PolicyParams (`algos.actor_critic`)
         params, obs_stats = policy_params.params, policy_params.obs_stats
         conv = config.torso == "auto" and len(obs_shape) == 3  # `nets.make_torso`
         root = _node(params, ("params",), what)
@@ -171,7 +171,7 @@ def describe(algo: str, config: Any, obs_shape: tuple[int, ...], action_space: A
         stack = DenseStack(tuple(kernels) + (head_kernel,), tuple(biases) + (head_bias,), config.activation)
         return Policy(obs_shape, None, conv_layer, stack, Head(True))
 
-    cfg.fail("algo", algo, "has no exporter (sparqrl export knows ppo, dqn, td3 and sac)")
+    cfg.fail("algo", algo, "has no exporter (sparqrl export knows ppo, impala, dqn, td3 and sac)")
 
 
 # ---- runs on disk ---------------------------------------------------------------------------------

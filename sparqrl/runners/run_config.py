@@ -20,7 +20,7 @@ class RunConfig:
 
     env: str = "CartPole-v1"
     """Environment: a gymnax id (e.g. CartPole-v1, Breakout-MinAtar) or brax:NAME (e.g. brax:ant), both on
-    device; or gym:NAME (e.g. gym:HalfCheetah-v5), a Gymnasium environment stepped on the host (dqn, td3, sac).
+    device; or gym:NAME (e.g. gym:HalfCheetah-v5), a Gymnasium environment stepped on the host (every algorithm).
     Your own: gym:MODULE:CLASS (a gymnasium.Env subclass or zero-argument factory, on the host) or
     jax:MODULE:ATTR (an env with sparqrl's Env protocol or a gymnax Environment, on the device)."""
     imports: tuple[str, ...] = ()
