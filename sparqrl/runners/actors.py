@@ -31,6 +31,7 @@ from sparqrl.algos import get_algorithm
 from sparqrl.algos.base import ActorLearner, Step, observe
 from sparqrl.envs import HostVecEnv, host_spec
 from sparqrl.envs.custom import import_modules
+from sparqrl.runners.inference import CentralPolicy, InferenceServer, remote_act
 
 # Actors are CPU processes with one thread each, as ActorQ's (torch.set_num_threads(1), GPUs hidden).
 ACTOR_ENV = {
@@ -38,6 +39,8 @@ ACTOR_ENV = {
     "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
     "OMP_NUM_THREADS": "1",
 }
+# The central inference server shares the learner's GPU, where there is one: no preallocation.
+SERVER_ENV = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
 
 class PolicyCopy(NamedTuple):
@@ -48,6 +51,7 @@ class PolicyCopy(NamedTuple):
     env_steps: int  # env steps per seed the learner had consumed (the actors' warm-up clock)
     nbytes: int  # bytes of the stacks and aux: what one broadcast carries
     aux: Any = None  # `Acting.aux` of each seed (numpy, fp32, leaves [seeds, ...]), or None
+    params: Any = None  # central inference: the fp32 policy params [seeds, ...] for the server (actors get None)
 
 
 class Fragment(NamedTuple):
@@ -74,6 +78,8 @@ class ActorSpec(NamedTuple):
     fragment_steps: int  # T
     seed: int  # the run's base seed
     imports: tuple[str, ...] = ()  # the run's `--import` modules: a Ray worker imports them before the env
+    inference: str = "actor"  # "actor": each actor runs its copy; "central": `sparqrl.runners.inference`
+    deadline_ms: float = 2.0  # central inference: the longest a batch waits for the other actors' requests
 
 
 
@@ -82,9 +88,11 @@ def make_actor_learner(algo: str, config: Any, env: str) -> ActorLearner:
 
 
 class Actor:
-    """One actor: host environments, the newest policy copy it has loaded, jitted exploration."""
+    """One actor: host environments, the newest policy copy it has loaded, jitted exploration; or, with
+    central inference, host environments only: `central` answers its requests (`inference.Answer`), a
+    `CentralPolicy` in this process or the Ray handle of an `InferenceServer`."""
 
-    def __init__(self, spec: ActorSpec, actor_id: int, incarnation: int, reseed: int = 0):
+    def __init__(self, spec: ActorSpec, actor_id: int, incarnation: int, reseed: int = 0, central: Any = None):
         import_modules(spec.imports)  # (a no-op in the driver's process, where they are imported)
         al = make_actor_learner(spec.algo, spec.config, spec.env)
         acting, n = al.acting, al.num_envs
@@ -105,6 +113,9 @@ class Actor:
             return acting.to_env(action), action, extra, keys[:, 0]
 
         self._explore = jax.jit(explore)
+        self._split_keys = jax.jit(jax.vmap(jax.random.split))  # as `explore` splits them
+        self.central = None if central is None else (central.act if isinstance(central, CentralPolicy)
+                                                     else remote_act(central))
         self._observe = None
         if acting.observe is not None:  # obs [seeds, B, *obs] -> the network's input, with each seed's aux
             self._observe = jax.jit(jax.vmap(lambda aux, obs: observe(acting, aux, obs)))
@@ -134,14 +145,22 @@ class Actor:
         back, even if requests are delivered out of order."""
         start = time.perf_counter()
         if copy.version > self.version:
-            self.forwards = tuple(quant.make_forward(stack) for stack in copy.stacks)
+            if self.central is None:
+                self.forwards = tuple(quant.make_forward(stack) for stack in copy.stacks)
             self.version, self.env_steps, self.aux = copy.version, copy.env_steps, copy.aux
         seeds, n = self.shape
         rows, returns, dones, discounted = [], [], [], []
-        for _ in range(self.spec.fragment_steps):
-            env_action, action, extra, self.key = self._explore(self._forward(self.obs), self.key, self.env_steps,
-                                                                self.aux)
-            env_action, action, extra = jax.device_get((env_action, action, extra))  # one transfer, not three
+        acted_with = self.version  # central: the oldest version the server acted with in this fragment
+        for step in range(self.spec.fragment_steps):
+            if self.central is None:
+                env_action, action, extra, self.key = self._explore(self._forward(self.obs), self.key,
+                                                                    self.env_steps, self.aux)
+                env_action, action, extra = jax.device_get((env_action, action, extra))  # one transfer, not three
+            else:
+                keys = np.asarray(self._split_keys(self.key))
+                self.key = keys[:, 0]
+                env_action, action, extra, version = self.central(self.actor_id, self.obs, keys[:, 1], self.env_steps)
+                acted_with = version if step == 0 else min(acted_with, version)
             # The run's env steps so far as this actor counts them (the learner's count at the copy it
             # loaded last, then every actor stepping as fast as this one): the warm-up clock.
             self.env_steps += n * self.spec.actors
@@ -165,7 +184,7 @@ class Actor:
             raw_next = raw_next.reshape((seeds, -1, n) + raw_next.shape[2:]).swapaxes(0, 1)
             steps = steps._replace(priority=np.asarray(self._priority(raw_next, steps), np.float32))
         self.sequence += 1
-        return Fragment(self.actor_id, self.incarnation, self.sequence - 1, self.version, steps, np.stack(returns),
+        return Fragment(self.actor_id, self.incarnation, self.sequence - 1, acted_with, steps, np.stack(returns),
                         np.stack(dones), time.perf_counter() - start)
 
     def close(self) -> None:
@@ -215,10 +234,14 @@ class InlinePool(_Replacements):
     def __init__(self, spec: ActorSpec, reseed: int = 0):
         super().__init__(spec.actors)
         self.spec, self.reseed = spec, reseed
-        self.actors = [Actor(spec, i, 0, reseed) for i in range(spec.actors)]
+        self.central = CentralPolicy(spec) if spec.inference == "central" else None
+        self.actors = [Actor(spec, i, 0, reseed, self.central) for i in range(spec.actors)]
         self.requests: deque[tuple[int, PolicyCopy]] = deque()
 
     def publish(self, copy: PolicyCopy) -> PolicyCopy:
+        if self.central is not None:  # the server gets the weights, actors a ticket
+            self.central.load(copy)
+            return copy._replace(params=None)
         return copy
 
     def submit(self, actor_id: int, copy: PolicyCopy) -> None:
@@ -243,7 +266,7 @@ class InlinePool(_Replacements):
             old.close()
         except Exception:
             pass
-        self.actors[actor_id] = Actor(self.spec, actor_id, old.incarnation + 1, self.reseed)
+        self.actors[actor_id] = Actor(self.spec, actor_id, old.incarnation + 1, self.reseed, self.central)
 
     def close(self) -> None:
         for actor in self.actors:
@@ -263,16 +286,28 @@ class RayPool(_Replacements):
         if not ray.is_initialized():
             raise RuntimeError("RayPool needs Ray started: use it inside `ray_session(...)`")
         self.remote_actor = ray.remote(num_cpus=1, max_restarts=0, runtime_env={"env_vars": ACTOR_ENV})(Actor)
+        self.server = None
+        if spec.inference == "central":  # on a GPU when the cluster has one (Ray hides GPUs from the others)
+            gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+            self.server = ray.remote(num_cpus=1, num_gpus=gpus, max_restarts=0, runtime_env={"env_vars": SERVER_ENV})(
+                InferenceServer).remote(spec, spec.deadline_ms)
         self.handles: list[Any] = [self._start(i, 0) for i in range(spec.actors)]
         self.incarnations = [0] * spec.actors
         self.pending: dict[Any, tuple[int, int, Any]] = {}  # ObjectRef -> (actor_id, incarnation, copy ref)
 
     def _start(self, actor_id: int, incarnation: int) -> Any:
-        return self.remote_actor.remote(self.spec, actor_id, incarnation, self.reseed)
+        return self.remote_actor.remote(self.spec, actor_id, incarnation, self.reseed, self.server)
 
     def publish(self, copy: PolicyCopy) -> Any:
-        """Put the copy in the object store once; every request of this version passes this reference."""
+        """Put the copy in the object store once; every request of this version passes this reference.
+        Central inference: the server loads the copy, and requests pass a ticket without the weights."""
+        if self.server is not None:
+            self.server.load.remote(self.ray.put(copy))
+            copy = copy._replace(params=None)
         return self.ray.put(copy)
+
+    def server_stats(self) -> dict[str, float] | None:
+        return None if self.server is None else self.ray.get(self.server.stats.remote())
 
     def submit(self, actor_id: int, copy_ref: Any) -> None:
         handle = self.handles[actor_id]
@@ -308,8 +343,8 @@ class RayPool(_Replacements):
         return self.ray.get([h.pid.remote() for h in self.handles])
 
     def close(self) -> None:
-        """End our actors (the Ray instance is `ray_session`'s)."""
-        for handle in self.handles:
+        """End our actors and inference server (the Ray instance is `ray_session`'s)."""
+        for handle in self.handles + ([self.server] if self.server is not None else []):
             try:
                 self.ray.kill(handle, no_restart=True)
             except Exception:

@@ -88,6 +88,12 @@ class RunConfig:
     """Publish a new policy copy every this many learner updates (fragments learned), once per version."""
     in_flight: int = 2
     """Collect requests in flight per actor: bounds the data waiting for the learner (backpressure)."""
+    inference: Literal["actor", "central"] = "actor"
+    """Where actions are computed: actor (each actor runs its own policy copy, in actor_precision) or central
+    (SEED RL: actors only step environments and send observations; one server answers all of them with a
+    batched fp32 forward pass on its device; fp32 only)."""
+    inference_deadline_ms: float = 2.0
+    """Central inference: the longest a batch waits, after its first request, for the other actors' requests."""
     max_lag: int | None = None
     """On-policy learners (PPO): a fragment acted with a policy version more than this many learner updates
     older than the learner's is dropped and counted (summary.json's fragments_dropped), never trained on.
@@ -126,5 +132,10 @@ class RunConfig:
         cfg.one_of("actor_precision", self.actor_precision, ("fp32", "bf16", "fp16", "int8"))
         cfg.one_of("quant_granularity", self.quant_granularity, ("channel", "tensor"))
         cfg.one_of("backend", self.backend, ("auto", "inline", "ray"))
+        cfg.one_of("inference", self.inference, ("actor", "central"))
+        cfg.require(self.inference == "actor" or self.actor_precision == "fp32", "actor_precision",
+                    self.actor_precision, "must be fp32 with inference=central (the server runs the learner's fp32 "
+                    "policy; quantized copies are for actors that run their own)")
+        cfg.require(self.inference_deadline_ms > 0, "inference_deadline_ms", self.inference_deadline_ms, "must be > 0")
         cfg.require(self.ray_address is None or self.resolved_backend == "ray", "ray_address", self.ray_address,
                     f"needs the ray backend (backend is {self.backend!r} with {self.actors} actor(s))")

@@ -36,7 +36,16 @@ from sparqrl.algos.base import ActorLearner, acting_aux, explore_one, forward
 from sparqrl.envs import evaluate_host, host_spec
 from sparqrl.envs.custom import is_local
 from sparqrl.extras import need_installed
-from sparqrl.runners.actors import ActorSpec, Fragment, make_pool, network_paths, quantized_copy, ray_session
+from sparqrl.runners.actors import (
+    ActorSpec,
+    Fragment,
+    PolicyCopy,
+    RayPool,
+    make_pool,
+    network_paths,
+    quantized_copy,
+    ray_session,
+)
 from sparqrl.runners.rundir import RunDir, start_run_dir
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.signals import StopRequests
@@ -57,6 +66,9 @@ class Prepared:
         self.config = algo_config.validate(self.spec)
         self.al: ActorLearner = module.make_actor_learner(self.config, self.spec)
         self.T = resolve_fragment_steps(algo_name, self.al, run)
+        cfg.require(run.inference == "actor" or self.al.acting.priority is None, "inference", run.inference,
+                    f"is not available for {algo_name}: its actors compute Ape-X priorities with their own policy "
+                    "copy, and with central inference they hold none (use inference=actor)")
         self.fragments = self.al.steps_per_env // self.T
         cfg.require(self.fragments >= 1, "fragment_steps", self.T,
                     f"must be <= the run's env steps per environment ({self.al.steps_per_env})")
@@ -149,7 +161,8 @@ class SebulbaDriver:
         self.prior = {"versions": 0, "restarts": 0, "dropped": 0}
         self.counts = {"versions": 0, "lag_sum": 0.0, "fragments": 0, "order_violations": 0, "nbytes": 0, "dropped": 0}
         self.max_lag = run.resolved_max_lag if p.al.on_policy else None
-        self.spec = ActorSpec(algo_name, p.config, run.env, run.seeds, run.actors, self.T, run.seed, run.imports)
+        self.spec = ActorSpec(algo_name, p.config, run.env, run.seeds, run.actors, self.T, run.seed, run.imports,
+                              run.inference, run.inference_deadline_ms)
         self.learn_fragment = _learn_fragment(p.al)
         self.pool = None
         self.learner = None
@@ -187,8 +200,12 @@ class SebulbaDriver:
         start = time.perf_counter()
         policy = jax.device_get(self.p.policy_fn(self.learner))
         env_steps = int(np.asarray(self.learner.env_steps)[0])
-        copy = quantized_copy(self.updates_done, policy, self.al.acting, self.p.paths, self.run.actor_precision,
-                              self.run.quant_granularity, env_steps)
+        if self.run.inference == "central":  # the server's fp32 weights (`inference.CentralPolicy`)
+            copy = PolicyCopy(self.updates_done, (), env_steps, sum(x.nbytes for x in jax.tree.leaves(policy)),
+                              params=policy)
+        else:
+            copy = quantized_copy(self.updates_done, policy, self.al.acting, self.p.paths, self.run.actor_precision,
+                                  self.run.quant_granularity, env_steps)
         ref = self.pool.publish(copy)
         self.timers["publish_s"] += time.perf_counter() - start
         self.counts["versions"] += 1
@@ -274,6 +291,8 @@ class SebulbaDriver:
         steps, seeds, timers, counts = self.bounds[-1] * self.env_steps_per_update, self.run.seeds, self.timers, self.counts
         gradient_steps = int(np.asarray(self.learner.gradient_steps)[0])  # this session's and earlier ones
         pool = self.pool
+        stats = pool.server_stats() if isinstance(pool, RayPool) else None  # actors' requests per batch
+        server = {} if stats is None else {"inference_batch_mean": stats["mean_batch"]}
         return {
             "runner": "sebulba",
             "backend": pool.backend,
@@ -289,6 +308,8 @@ class SebulbaDriver:
             "broadcast_bytes": counts["nbytes"],
             "policy_lag_mean": counts["lag_sum"] / max(counts["fragments"], 1),
             "fragment_steps": self.T,
+            "inference": self.run.inference,
+            **server,
             "max_lag": self.max_lag,
             "fragments_dropped": self.prior["dropped"] + counts["dropped"],
             "version_order_violations": counts["order_violations"],
