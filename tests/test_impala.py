@@ -69,10 +69,10 @@ def test_impala_learns_cartpole_on_device(tmp_path):
 
 
 def test_impala_learns_cartpole_on_the_host(tmp_path):
-    """The same learner on gym:CartPole-v1 through one inline actor (fragments lag the learner by one
-    version: in_flight 2), 200k steps, seed 0."""
+    """The same learner on gym:CartPole-v1 through one inline actor with two requests in flight, so that
+    fragments lag the learner by one version (V-trace corrects them), 200k steps, seed 0."""
     run = RunConfig(env="gym:CartPole-v1", out=str(tmp_path / "run"), chunks=2, eval_every=0, progress=False,
-                    energy=False)
+                    energy=False, in_flight=2)
     summary = train("impala", impala.Config(total_timesteps=200_000), run)
     print(f"IMPALA on the host: {summary['final_return_mean']:.1f}, lag {summary['policy_lag_mean']:.2f}, "
           f"{summary['env_steps_per_s']:.0f} env steps/s")

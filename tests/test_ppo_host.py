@@ -153,7 +153,8 @@ def test_fragments_older_than_max_lag_are_dropped_and_counted(tmp_path, monkeypa
         return frag._replace(version=frag.version - 10) if calls["n"] % 3 == 0 else frag
 
     monkeypatch.setattr(InlinePool, "next", stale_next)
-    run = RunConfig(env=PENDULUM, out=str(tmp_path / "run"), chunks=2, eval_every=0, eval_episodes=1,
+    # Two seeds: a vmapped learner (its orthogonal init once hung XLA's CPU thread pool when batched).
+    run = RunConfig(env=PENDULUM, out=str(tmp_path / "run"), seeds=2, chunks=2, eval_every=0, eval_episodes=1,
                     progress=False, energy=False, max_lag=3)
     summary = train("ppo", ppo.Config(**SMALL | {"total_timesteps": 160}), run)
     assert summary["steps"] == 160 and summary["versions_published"] == 1 + 10
@@ -165,5 +166,5 @@ def test_bad_host_ppo_settings_are_one_line_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"fragment_steps=7 .*learns from fragments of exactly its num_steps \(8\)"):
         train("ppo", ppo.Config(**SMALL), RunConfig(env=PENDULUM, out=str(tmp_path / "a"), fragment_steps=7))
     with pytest.raises(ConfigError, match=r"max_lag=0 .*actors x in_flight - 1 = 1"):
-        train("ppo", ppo.Config(**SMALL), RunConfig(env=PENDULUM, out=str(tmp_path / "b"), max_lag=0))
+        train("ppo", ppo.Config(**SMALL), RunConfig(env=PENDULUM, out=str(tmp_path / "b"), max_lag=0, in_flight=2))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -389,8 +389,9 @@ def _loopback_node() -> Iterator[None]:
 @contextlib.contextmanager
 def ray_session(address: str | None, actors: int) -> Iterator[None]:
     """Ray for one run: join the cluster at `address`, or start a new local instance (address "local":
-    never one found running) with a CPU per actor even on fewer cores; on exit, disconnect, which ends a
-    local instance and every process it started. Nothing if Ray is already running in this process.
+    never one found running) with a CPU per actor even on fewer cores (`actors` counts a central inference
+    server too); on exit, disconnect, which ends a local instance and every process it started. Nothing if
+    Ray is already running in this process.
 
     A local instance listens on loopback only (`_loopback_node`) and has no dashboard: joining a cluster
     is the one way a run is reachable from other machines (README, "Ray and the network").

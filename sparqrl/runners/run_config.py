@@ -86,8 +86,10 @@ class RunConfig:
     None: the algorithm's (PPO: its num_steps, the only value it takes; replay-based learners: 10)."""
     publish_every: int = 1
     """Publish a new policy copy every this many learner updates (fragments learned), once per version."""
-    in_flight: int = 2
-    """Collect requests in flight per actor: bounds the data waiting for the learner (backpressure)."""
+    in_flight: int | None = None
+    """Collect requests in flight per actor: bounds the data waiting for the learner (backpressure). None: 1
+    with the inline back-end (it runs requests one at a time, so a second one would only make the data a
+    version older) and 2 with ray (an actor steps its next fragment while the learner learns)."""
     inference: Literal["actor", "central"] = "actor"
     """Where actions are computed: actor (each actor runs its own policy copy, in actor_precision) or central
     (SEED RL: actors only step environments and send observations; one server answers all of them with a
@@ -101,7 +103,11 @@ class RunConfig:
 
     @property
     def resolved_max_lag(self) -> int:
-        return self.actors * self.in_flight if self.max_lag is None else self.max_lag
+        return self.actors * self.resolved_in_flight if self.max_lag is None else self.max_lag
+
+    @property
+    def resolved_in_flight(self) -> int:
+        return (2 if self.resolved_backend == "ray" else 1) if self.in_flight is None else self.in_flight
 
     @property
     def resolved_backend(self) -> str:
@@ -122,10 +128,10 @@ class RunConfig:
         validate_country(self.country, "country")
         for name in ("actors", "fragment_steps", "publish_every", "in_flight"):
             value = getattr(self, name)
-            if value is not None or name != "fragment_steps":
+            if value is not None or name not in ("fragment_steps", "in_flight"):
                 cfg.require(isinstance(value, int) and value >= 1, name, value, "must be an int >= 1")
         if self.max_lag is not None:
-            floor = self.actors * self.in_flight - 1
+            floor = self.actors * self.resolved_in_flight - 1
             cfg.require(isinstance(self.max_lag, int) and self.max_lag >= floor, "max_lag", self.max_lag,
                         f"must be an int >= actors x in_flight - 1 = {floor} (the lag of every fragment when each "
                         "actor keeps in_flight requests in flight), or none for the default")

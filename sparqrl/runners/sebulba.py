@@ -135,7 +135,7 @@ def _run(p: Prepared, algo_name: str, run: RunConfig, rundir: RunDir, *, resumin
          on_chunk: ChunkHook | None) -> dict:
     """One session of a run (fresh or resumed). Ray, when used, starts first: before the session's own
     threads (energy meter, logger, checkpointer, XLA's compiler); see `ray_session`."""
-    with ray_session(run.ray_address, run.actors) if run.resolved_backend == "ray" else contextlib.nullcontext():
+    with ray_session(run.ray_address, run.actors + (run.inference == "central")) if run.resolved_backend == "ray" else contextlib.nullcontext():
         return run_session(rundir, run, algo_name, SebulbaDriver(p, algo_name, run), resuming=resuming,
                            on_chunk=on_chunk)
 
@@ -218,7 +218,7 @@ class SebulbaDriver:
         self.pool = make_pool(self.run.resolved_backend, self.spec, reseed=updates_done)
         self._copy_ref = self._publish()
         for actor_id in range(self.run.actors):
-            for _ in range(self.run.in_flight):
+            for _ in range(self.run.resolved_in_flight):
                 self.pool.submit(actor_id, self._copy_ref)
         self._learn = jax.jit(self._learn_sum, donate_argnums=(0, 1))  # donated: the replay buffer is updated in place
 

@@ -391,9 +391,11 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
         obs = jnp.asarray(obs, jnp.float32)
         return obs if obs_stats is None else normalize(obs_stats, obs)
 
+    init_params = sequential_under_vmap(lambda key: network.init(key, jnp.zeros((1, *obs_shape), jnp.float32)))
+
     def init(key: jax.Array) -> HostLearner:
         key, params_key = jax.random.split(key)
-        params = network.init(params_key, jnp.zeros((1, *obs_shape), jnp.float32))
+        params = init_params(params_key)  # vmapped over seeds: one orthogonal init at a time (see there)
         return HostLearner(
             params=params,
             opt_state=optimizer.init(params),
