@@ -46,7 +46,7 @@ BIG = "100000000000"
         (["train", "ppo", "--set", "num_envs=2.5"], ["num_envs", "2.5"]),
         (["train", "ppo", "--env", "CartPole-v9"], ["env", "CartPole-v9", "CartPole-v1"]),
         (["train", "dqn", "--env", "Pendulum-v1"], ["Pendulum-v1", "discrete"]),
-        (["train", "ppo", "--env", "gym:CartPole-v1"], ["algo", "ppo", "gym:NAME"]),
+        (["train", "ppo", "--env", "gym:CartPole-v1", "--fragment-steps", "7"], ["fragment_steps=7", "num_steps"]),
         (["train", "ppo", "--chunks", "0"], ["chunks", "0"]),
         (["train", "ppo", "--eval-episodes", "-1"], ["eval_episodes", "-1"]),
         (["train", "ppo", "--country", "XYZ"], ["country", "XYZ"]),

@@ -14,7 +14,7 @@ import pytest
 
 import sparqrl
 from sparqrl import cli
-from sparqrl.algos import dqn, ppo, sac
+from sparqrl.algos import dqn, impala, ppo, sac
 from sparqrl.config import ConfigError
 from sparqrl.envs import make_env
 from sparqrl.export import describe, export, export_policy, load_policy, session
@@ -151,6 +151,7 @@ def _initial_policy(module, config, env, shift_head=0.0):
     ("sac", sac, sac.Config(hidden=(32, 32), total_timesteps=1000), "Pendulum-v1"),  # [mean, log-std][:1], tanh, scale
     ("ppo-box", ppo, ppo.Config(hidden=(32, 32)), "Pendulum-v1"),  # Gaussian mean clipped to the bounds
     ("ppo-conv", ppo, ppo.Config(hidden=(32,), activation="relu"), "Breakout-MinAtar"),  # Conv torso, argmax
+    ("impala", impala, impala.Config(hidden=(32, 32)), "CartPole-v1"),  # PPO's ActorCritic, on `base.on_device`
 ])
 def test_other_networks_and_heads(name, module, config, env):
     env = make_env(env)
@@ -178,8 +179,8 @@ def test_a_misread_network_is_an_error_not_a_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot be exported: the ONNX graph's actions differ from the library's"):
         export_policy(wrong, tmp_path / "x.onnx", reference=reference)
     assert not (tmp_path / "x.onnx").exists()
-    with pytest.raises(ConfigError, match="algo='impala' .*ppo, dqn, td3 and sac"):
-        describe("impala", None, (3,), None, {})
+    with pytest.raises(ConfigError, match="algo='a2c' .*ppo, impala, dqn, td3 and sac"):
+        describe("a2c", None, (3,), None, {})
 
 
 def test_graph_encodes_bitmap_exactly_and_folds_it_at_load(td3_sparse_run, tmp_path):
