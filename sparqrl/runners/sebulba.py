@@ -135,7 +135,8 @@ def _run(p: Prepared, algo_name: str, run: RunConfig, rundir: RunDir, *, resumin
          on_chunk: ChunkHook | None) -> dict:
     """One session of a run (fresh or resumed). Ray, when used, starts first: before the session's own
     threads (energy meter, logger, checkpointer, XLA's compiler); see `ray_session`."""
-    with ray_session(run.ray_address, run.actors + (run.inference == "central")) if run.resolved_backend == "ray" else contextlib.nullcontext():
+    processes = run.actors + (run.inference == "central")  # actors, and the central inference server
+    with ray_session(run.ray_address, processes) if run.resolved_backend == "ray" else contextlib.nullcontext():
         return run_session(rundir, run, algo_name, SebulbaDriver(p, algo_name, run), resuming=resuming,
                            on_chunk=on_chunk)
 
