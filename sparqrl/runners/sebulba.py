@@ -63,6 +63,12 @@ class Prepared:
                     f"host environments (gym:NAME) run through the actor-learner runner, which trains "
                     f"{', '.join(HOST_ALGORITHMS)}; {algo_name} runs on device environments (gymnax ids, brax:NAME)")
         self.spec = host_spec(run.env)
+        obs_shape = tuple(self.spec.observation_shape)
+        cfg.require(len(obs_shape) == 1 or getattr(algo_config, "torso", "mlp") == "mlp", "torso",
+                    getattr(algo_config, "torso", None),
+                    f"{algo_name} on host environments runs an MLP on flat observations (the actors' network is a "
+                    f"chain of Dense layers); env {run.env} has observations of shape {obs_shape}: use --set "
+                    "torso=mlp to flatten them")
         self.config = algo_config.validate(self.spec)
         self.al: ActorLearner = module.make_actor_learner(self.config, self.spec)
         self.T = resolve_fragment_steps(algo_name, self.al, run)

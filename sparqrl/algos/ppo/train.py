@@ -31,7 +31,6 @@ from sparqrl.algos.ppo.objectives import (
     policy_loss as drift_policy_loss,
     rule_kind,
 )
-from sparqrl.config import require
 from sparqrl.envs import (
     Env,
     RunningStats,
@@ -375,9 +374,6 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
     rewards are scaled by the std of the discounted return the actors report (`Acting.return_gamma`)."""
     config = config.validate(spec)
     obs_shape = tuple(spec.observation_shape)
-    require(len(obs_shape) == 1 or config.torso == "mlp", "torso", config.torso,
-            f"ppo on host environments runs an MLP on flat observations (the actors' network is a chain of Dense "
-            f"layers); env {spec.name} has observations of shape {obs_shape}: use --set torso=mlp to flatten them")
     discrete = is_discrete(spec)
     network = ActorCritic(action_dim=action_dim(spec), discrete=discrete, obs_shape=obs_shape,
                           hidden=tuple(config.hidden), activation=config.activation, torso=config.torso)
