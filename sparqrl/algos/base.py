@@ -110,12 +110,19 @@ def make_hparams_train_fn(make_algorithm: Callable[[Any, Any], Algorithm], confi
     return train
 
 
+STEP_METRICS = ("goal_reward",)
+"""Per-step env infos averaged into an update's metrics where an env reports them (ACT's goal CartPole:
+the reward of reaching its goal, which the victim does not train on but the adversary's fitness is)."""
+
+
 def episode_metrics(info: dict[str, jax.Array]) -> dict[str, jax.Array]:
-    """Sum and count of the returns of episodes that finished in a batch of `EpisodeStats` infos."""
+    """Sum and count of the returns of episodes that finished in a batch of `EpisodeStats` infos, and the
+    mean of each `STEP_METRICS` info the env reports."""
     done = info["episode_done"]
     return {
         EPISODE_RETURN_SUM: jnp.sum(jnp.where(done, info["episode_return"], 0.0)),
         EPISODE_COUNT: jnp.sum(done).astype(jnp.float32),
+        **{name: jnp.mean(info[name]) for name in STEP_METRICS if name in info},
     }
 
 

@@ -19,6 +19,11 @@ tasks:
   value-loss  PPO's value loss (a 64-64 network started at L2); fitness: mean return over the whole inner run
   lpo         PPO's drift function (the LPO network started at PPO-clip); fitness: final return
   hparams     the traced hyperparameters of --algo (ppo, dqn, td3, sac); fitness: final return
+  mfos        M-FOS: a meta-policy that shapes a learning opponent in a matrix game (--game, --opponent),
+              trained by evolution (--trainer es) or PPO (--trainer ppo); fitness: its mean reward per round
+  act         adversarial cheap talk: an adversary appends a bounded message to PPO victims' observations
+              (--mode anti|pro|goal); victims trained from scratch in each fitness; CartPole-v1 is ACT's
+              200-step CartPole; fitness: -/+ the victims' return, or their goal reward
 
 The best meta-parameters go to OUT/best_meta_params.npz: `sparqrl train ppo --value-loss learned:OUT` or
 `--objective lpo:OUT` uses them (hparams: OUT/best_hparams.json holds --set items; `sparqrl train ALGO
@@ -32,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
     from sparqrl.cli import OneLineParser
 
     p = OneLineParser(prog="sparqrl meta", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("task", nargs="?", help="value-loss, lpo or hparams")
+    p.add_argument("task", nargs="?", help="value-loss, lpo, hparams, mfos or act")
     p.add_argument("--env", default=None, help=f"inner environment (default {d.env})")
     p.add_argument("--algo", default=None, help="inner algorithm for hparams: ppo, dqn, td3, sac (default ppo)")
     p.add_argument("--strategy", default=None, help="open_es (default), snes, cma_es, simple_ga")
@@ -46,6 +51,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sigma", type=float, default=None, help="initial search std (default: the strategy preset)")
     p.add_argument("--lr", type=float, default=None, help="strategy learning rate (default: the preset)")
     p.add_argument("--fields", default=None, help="hparams: fields to evolve, e.g. lr,clip_eps (default all traced)")
+    p.add_argument("--game", default=None, help=f"mfos: ipd, imp or chicken (default {d.game})")
+    p.add_argument("--opponent", default=None, help=f"mfos: nl, lola, br or static (default {d.opponent})")
+    p.add_argument("--trainer", default=None, help=f"mfos: es or ppo (default {d.trainer})")
+    p.add_argument("--games", type=int, default=None, help="mfos: games per evaluation (es, default 128) or per "
+                   "meta-episode (ppo, default 4096)")
+    p.add_argument("--mode", default=None, help=f"act: anti, pro or goal (default {d.mode})")
+    p.add_argument("--adversary", default=None, help=f"act: mlp or lstm (default {d.adversary})")
+    p.add_argument("--n-dims", type=int, default=None, help=f"act: message size (default {d.n_dims})")
     p.add_argument("--seed", type=int, default=None, help="seed of the meta run (default 0)")
     p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
                    help="override a field of the inner algorithm's config (repeatable)")
@@ -64,7 +77,7 @@ def config_from_args(args: argparse.Namespace):
 
     values = {}
     for name in ("env", "algo", "strategy", "generations", "popsize", "seeds", "steps", "fitness", "sigma", "lr",
-                 "fields", "seed", "out", "overwrite", "country"):
+                 "fields", "game", "opponent", "trainer", "games", "mode", "adversary", "n_dims", "seed", "out", "overwrite", "country"):
         value = getattr(args, name)
         if value is not None:
             values[name] = value
@@ -98,7 +111,7 @@ def run_cli(argv: Sequence[str]) -> int:
                     f"--generations and --no-progress may be given (got {', '.join('--' + g.replace('_', '-') for g in given)})")
         summary = meta_run.resume_meta(args.resume, args.generations, False if args.no_progress else None)
     else:
-        cfg.require(args.task is not None, "TASK", "", "is missing: sparqrl meta value-loss|lpo|hparams [options]")
+        cfg.require(args.task is not None, "TASK", "", "is missing: sparqrl meta value-loss|lpo|hparams|mfos|act [options]")
         config = config_from_args(args)
         prepared = meta_run.prepare(config)
         if signals.requested():

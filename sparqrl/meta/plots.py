@@ -55,11 +55,45 @@ def value_loss_curves(params: objectives.ValueLossParams, d: np.ndarray) -> dict
     return {"learned": np.asarray(learned), "L2 (0.5 d²)": 0.5 * np.square(d)}
 
 
-def plot_learned(prepared: Any, center: Any, png_path: Path) -> None:
-    """learned.png for the task of `prepared` (`sparqrl.meta.run.Prepared`), `center` its genome."""
+def _mfos_figure(plt: Any, config: Any, center: Any, csv_path: Path) -> Any:
+    """M-FOS: both players' mean reward per round over the run, and the learned inner policy's cooperation
+    probability per state over one meta-episode against the opponent (a fixed key, 256 games)."""
+    import jax
+
+    from sparqrl.meta import mfos
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    with csv_path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    if rows:
+        g = _column(rows, "generation")
+        left.plot(g, _column(rows, "meta_return"), label="M-FOS")
+        left.plot(g, _column(rows, "opponent_return"), label=f"opponent ({config.opponent})")
+    x = "meta-episode" if config.trainer == "ppo" else "generation"
+    finish_axes(left, x, "mean reward per round", f"{config.game}: both players")
+    probs, _, _ = jax.device_get(mfos.cooperation(config, center, jax.random.PRNGKey(0)))
+    for i, name in enumerate(mfos.STATE_NAMES[: probs.shape[1]]):
+        right.plot(np.arange(1, probs.shape[0] + 1), probs[:, i], label=name if probs.shape[1] > 1 else "cooperate")
+    right.set_ylim(-0.02, 1.02)
+    finish_axes(right, "meta-step (opponent updates)", "P(cooperate)", "learned inner policy per state")
+    return fig
+
+
+def plot_learned(prepared: Any, center: Any, png_path: Path, summary: dict[str, Any]) -> None:
+    """learned.png for the task of `prepared` (`sparqrl.meta.run.Prepared`), `center` its genome; act draws
+    its final evaluation's learning curves from `summary`."""
     plt = pyplot()
     task, inner = prepared.task, prepared.task.inner_config
-    if task.name == "lpo":
+    if task.name == "mfos":
+        fig = _mfos_figure(plt, task.inner_config, center, png_path.parent / "fitness.csv")
+    elif task.name == "act":
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for name, label in (("victim", "with the evolved adversary"), ("baseline", "silent (message 0)")):
+            curve = summary.get(f"{name}_return_per_update", [])
+            ax.plot(np.arange(1, len(curve) + 1), curve, label=label)
+        finish_axes(ax, "victim update", "mean episode return",
+                    f"PPO victims ({summary.get('final_evaluation_seeds', 0)} seeds, same keys)")
+    elif task.name == "lpo":
         r = np.linspace(0.5, 1.5, 201)
         fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
         for ax, advantage in zip(axes, (1.0, -1.0)):

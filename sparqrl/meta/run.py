@@ -46,8 +46,8 @@ CHECKPOINT = "checkpoint.npz"
 FITNESS_CSV = "fitness.csv"
 BEST_MEMBER_FILE = "best_member_params.npz"
 BEST_HPARAMS_FILE = "best_hparams.json"
-CSV_COLUMNS = ["generation", "mean_fitness", "best_fitness", "std_fitness", "best_so_far", "median_fitness",
-               "lifetime_return", "final_return", "env_steps", "wall_time_s"]
+FITNESS_COLUMNS = ["generation", "mean_fitness", "best_fitness", "std_fitness", "best_so_far", "median_fitness"]
+"""fitness.csv's first columns; the task's own metrics (`MetaTask.columns`), env_steps and wall_time_s follow."""
 DEFAULT_ENV = "CartPole-v1"
 
 
@@ -57,7 +57,8 @@ class MetaConfig:
 
     task: str = "value-loss"
     """What to evolve: value-loss (PPO's value loss, fitness the mean return over the whole inner run), lpo
-    (PPO's drift network, fitness the final return) or hparams (the traced hyperparameters of --algo)."""
+    (PPO's drift network, fitness the final return), hparams (the traced hyperparameters of --algo), mfos
+    (an opponent-shaping meta-policy in a matrix game) or act (a cheap-talk adversary of PPO victims)."""
 
     env: str = DEFAULT_ENV
     """Inner environment: a gymnax id (CartPole-v1, Breakout-MinAtar, ...) or brax:NAME."""
@@ -100,6 +101,31 @@ class MetaConfig:
     fields: str = ""
     """hparams: the traced fields to evolve, comma-separated (e.g. lr,clip_eps); empty: all of them."""
 
+    game: str = "ipd"
+    """mfos: the matrix game: ipd (iterated prisoner's dilemma), imp (iterated matching pennies) or chicken."""
+
+    opponent: str = "nl"
+    """mfos: the opponent's learning rule: nl (naive learner), lola, br (best response) or static."""
+
+    trainer: str = "es"
+    """mfos: es (the meta-policy evolved by --strategy) or ppo (the reference's PPO; a generation is then one
+    meta-episode of --games games and one update)."""
+
+    games: int = 0
+    """mfos: meta-episodes played in parallel per fitness evaluation and seed (es) or per update (ppo); 0: 128
+    (es) or 4096 (ppo), the reference's."""
+
+    mode: str = "anti"
+    """act: anti (the adversary lowers the victims' return), pro (raises it) or goal (steers the cart to a goal
+    the adversary sees; CartPole-v1 only)."""
+
+    adversary: str = "lstm"
+    """act: the adversary's network: lstm (32 units, carried over the victim's lifetime: the reference's
+    train-time default) or mlp (static, 2 x 64 relu)."""
+
+    n_dims: int = 2
+    """act: the message's size (entries appended to the victim's observation)."""
+
     seed: int = 0
     """Seed of the whole meta run (strategy and inner trainings)."""
 
@@ -139,6 +165,12 @@ class Prepared:
     env: Any
 
 
+FINAL_EVALUATION = 0x7FFFFFFF
+"""fold_in index of the final evaluation's key (no generation reaches it)."""
+TASK_OPTIONS = {"mfos": ("game", "opponent", "trainer", "games"), "act": ("mode", "adversary", "n_dims")}
+"""Options that only one task reads: another task refuses them instead of ignoring them."""
+
+
 def strategy_overrides(config: MetaConfig) -> dict[str, Any]:
     """The strategy preset fields the meta config changes."""
     preset = PRESETS.get(config.strategy, {})
@@ -166,6 +198,10 @@ def inner_config(config: MetaConfig, module: Any) -> Any:
     base = module.Config()
     if config.task == "value-loss":
         base = dataclasses.replace(base, num_steps=64)
+    if config.task == "act":
+        from sparqrl.meta import act
+
+        base = dataclasses.replace(base, **act.victim_defaults(config.env))
     inner = cfg.override(base, cfg.parse_set(config.set))
     if config.steps:
         inner = dataclasses.replace(inner, total_timesteps=config.steps)
@@ -188,14 +224,29 @@ def prepare(config: MetaConfig) -> Prepared:
                     "must be an integer >= 1")
     cfg.require(config.steps >= 0, "steps", config.steps, "must be >= 0 (0: the inner config's own)")
     if config.fitness:
+        cfg.require(config.task != "mfos", "fitness", config.fitness, "mfos's fitness is the meta-agent's return")
         cfg.one_of("fitness", config.fitness, meta_tasks.FITNESS)
     cfg.require(config.sigma >= 0 and math.isfinite(config.sigma), "sigma", config.sigma, "must be >= 0")
     cfg.require(config.lr >= 0 and math.isfinite(config.lr), "lr", config.lr, "must be >= 0")
     if config.task != "hparams":
         cfg.require(config.algo == "ppo", "algo", config.algo, f"task {config.task} evolves part of ppo: must be ppo")
         cfg.require(not config.fields, "fields", config.fields, "is for the hparams task only")
+    cfg.require(config.games >= 0, "games", config.games, "must be >= 0 (0: the trainer's default)")
+    for task, names in TASK_OPTIONS.items():
+        for name in names if config.task != task else ():
+            value = getattr(config, name)
+            cfg.require(value == getattr(MetaConfig, name), name, value, f"is an option of task {task} only")
     if config.energy:
         validate_country(config.country, "country")
+    if config.task == "mfos":
+        return _prepare_mfos(config)
+    if config.task == "act":
+        from sparqrl.meta import act
+
+        inner = inner_config(config, get_algorithm("ppo"))
+        task = act.make_task(config.env, config.mode, config.adversary, config.n_dims, inner, config.fitness_kind)
+        strategy = make_strategy(config.strategy, config.popsize, task.init(None), **strategy_overrides(config))
+        return Prepared(config=config, task=task, strategy=strategy, env=config.env)
     module = get_algorithm(config.algo)
     inner = inner_config(config, module)
     env = make_env(config.env)
@@ -208,6 +259,29 @@ def prepare(config: MetaConfig) -> Prepared:
         task = meta_tasks.make_hparams_task(config.algo, env, inner, fields, config.fitness_kind)
     strategy = make_strategy(config.strategy, config.popsize, task.init(None), **strategy_overrides(config))
     return Prepared(config=config, task=task, strategy=strategy, env=env)
+
+
+def _prepare_mfos(config: MetaConfig) -> Prepared:
+    """mfos: the env is the matrix game (--env is not used), the inner config the meta-game's and trainer's."""
+    from sparqrl.meta import mfos
+
+    cfg.require(config.env == DEFAULT_ENV, "env", config.env, "is not used by mfos: choose the game with --game")
+    cfg.require(not config.steps, "steps", config.steps, "is not used by mfos: a meta-episode is 100 meta-steps")
+    cfg.one_of("trainer", config.trainer, mfos.TRAINERS)
+    games = config.games or mfos.DEFAULT_GAMES[config.trainer]
+    inner = cfg.override(mfos.MfosConfig(game=config.game, opponent=config.opponent, trainer=config.trainer,
+                                         games=games), cfg.parse_set(config.set))
+    task = mfos.make_task(inner)
+    if config.trainer == "ppo":
+        for name in ("seeds", "popsize"):  # one learner: a generation's steps are its --games meta-episodes
+            value = getattr(config, name)
+            cfg.require(value in (1, getattr(MetaConfig, name)), name, value, "is for trainer es (ppo trains one "
+                        "meta-policy on --games games per meta-episode)")
+        config = dataclasses.replace(config, seeds=1, popsize=1)
+        strategy: Any = mfos.make_trainer(task)
+    else:
+        strategy = make_strategy(config.strategy, config.popsize, task.init(None), **strategy_overrides(config))
+    return Prepared(config=config, task=task, strategy=strategy, env=task.inner_config.game)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -240,7 +314,10 @@ def population_fitness(task: meta_tasks.MetaTask, strategy: Strategy, seeds: int
 
 def generation_program(task: meta_tasks.MetaTask, strategy: Strategy, seeds: int, devices: int = 1
                        ) -> Callable[[jax.Array, Any], tuple[Any, Any]]:
-    """`(key, state) -> (state, GenerationOutput)`: ask -> population x seeds inner trainings -> tell."""
+    """`(key, state) -> (state, GenerationOutput)`: ask -> population x seeds inner trainings -> tell; or,
+    for a trainer of its own (M-FOS's PPO), its `generation`."""
+    if not isinstance(strategy, Strategy):
+        return strategy.generation
     evaluate = population_fitness(task, strategy, seeds, devices)
     return lambda key, state: strategy.generation(evaluate, key, state)
 
@@ -373,6 +450,14 @@ def _save_best(rundir: Any, prepared: Prepared, state: Any) -> None:
         rundir.write_text(BEST_HPARAMS_FILE, json.dumps(data, indent=2))
 
 
+def csv_columns(task: meta_tasks.MetaTask) -> list[str]:
+    return [*FITNESS_COLUMNS, *task.columns, "env_steps", "wall_time_s"]
+
+
+def _nanmean(values: np.ndarray) -> float:
+    return float(np.nanmean(values)) if np.any(np.isfinite(values)) else math.nan
+
+
 def _row(generation: int, metrics: Any, fitness: np.ndarray, aux: dict[str, np.ndarray], env_steps: int,
          wall: float) -> dict[str, Any]:
     finite = fitness[np.isfinite(fitness)]
@@ -383,8 +468,7 @@ def _row(generation: int, metrics: Any, fitness: np.ndarray, aux: dict[str, np.n
         "std_fitness": float(metrics.std_fitness),
         "best_so_far": float(metrics.best_fitness),
         "median_fitness": float(np.median(finite)) if finite.size else math.nan,
-        "lifetime_return": float(np.nanmean(aux["lifetime_return"])) if np.any(np.isfinite(aux["lifetime_return"])) else math.nan,
-        "final_return": float(np.nanmean(aux["final_return"])) if np.any(np.isfinite(aux["final_return"])) else math.nan,
+        **{name: _nanmean(np.asarray(values)) for name, values in aux.items()},
         "env_steps": env_steps,
         "wall_time_s": round(wall, 3),
     }
@@ -430,18 +514,19 @@ def run_meta(prepared: Prepared, rundir: Any, *, resuming: bool,
     program = program.lower(generation_key(config.seed, done), state).compile()
     compile_time = time.perf_counter() - compile_start
 
+    columns = csv_columns(task)
     csv_path = rundir.claim(FITNESS_CSV)
     _truncate_rows(csv_path, done)
     if not csv_path.exists() or csv_path.stat().st_size == 0:
         with csv_path.open("w", newline="") as f:
-            csv.writer(f).writerow(CSV_COLUMNS)
+            csv.writer(f).writerow(columns)
     writer = SummaryWriter(str(rundir.claim("tensorboard")), purge_step=done + 1 if done else None)
     rundir.claim(CHECKPOINT)
     progress = make_progress(config.progress)
     compute_s = 0.0
     try:
         with progress:
-            bar = progress.add_task(f"meta {config.task} {config.env}", total=config.generations * steps_per_generation,
+            bar = progress.add_task(f"meta {config.task} {run_label(config)}", total=config.generations * steps_per_generation,
                                     sps=0.0, ret="-")
             progress.update(bar, completed=done * steps_per_generation)
             for generation in range(done, config.generations):
@@ -453,8 +538,8 @@ def run_meta(prepared: Prepared, rundir: Any, *, resuming: bool,
                 wall = totals["wall_time_s"] + time.perf_counter() - wall_start
                 row = _row(generation + 1, metrics, np.asarray(fitness), aux, totals["env_steps"], wall)
                 with csv_path.open("a", newline="") as f:
-                    csv.writer(f).writerow([_fmt(row[c]) for c in CSV_COLUMNS])
-                for name in CSV_COLUMNS[1:8]:
+                    csv.writer(f).writerow([_fmt(row[c]) for c in columns])
+                for name in columns[1:-2]:
                     if math.isfinite(row[name]):
                         writer.add_scalar(f"meta/{name}", row[name], generation + 1)
                 writer.flush()
@@ -480,7 +565,7 @@ def run_meta(prepared: Prepared, rundir: Any, *, resuming: bool,
     best_fitness, final_mean = _fitness_summary(csv_path)
     summary = {
         "task": config.task,
-        "env": config.env,
+        "env": run_label(config),
         "algo": task.algo,
         "strategy": config.strategy,
         "generations": config.generations,
@@ -499,13 +584,20 @@ def run_meta(prepared: Prepared, rundir: Any, *, resuming: bool,
         "devices_used": devices,
         **energy,
     }
+    if task.final_evaluation is not None:
+        summary.update(task.final_evaluation(strategy.center(state), generation_key(config.seed, FINAL_EVALUATION)))
     from sparqrl.meta.plots import plot_fitness, plot_learned
 
-    plot_fitness(csv_path, rundir.claim("fitness.png"), f"meta {config.task} on {config.env} ({config.strategy}, "
-                 f"population {config.popsize} x {config.seeds} seeds)")
-    plot_learned(prepared, jax.device_get(strategy.center(state)), rundir.claim("learned.png"))
+    trained_by = ("PPO" if not isinstance(strategy, Strategy) else
+                  f"{config.strategy}, population {config.popsize} x {config.seeds} seeds")
+    plot_fitness(csv_path, rundir.claim("fitness.png"), f"meta {config.task} on {run_label(config)} ({trained_by})")
+    plot_learned(prepared, jax.device_get(strategy.center(state)), rundir.claim("learned.png"), summary)
     rundir.write_text("summary.json", json.dumps(summary, indent=2))
     return summary
+
+
+def run_label(config: MetaConfig) -> str:
+    return f"{config.game} vs {config.opponent}" if config.task == "mfos" else config.env
 
 
 def _fitness_summary(csv_path: Path) -> tuple[float | None, float | None]:

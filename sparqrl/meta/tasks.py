@@ -15,6 +15,8 @@ Tasks:
               return: the mean return of episodes finished in the last 10 % of updates (§5.4)
   hparams     the traced hyperparameters of any algorithm (`Config.TRACED`), started at the config's
               values, searched in log space (positive fields) or logit space (fields in [0, 1])
+  mfos        an M-FOS meta-policy in a matrix game against a learning opponent (`sparqrl.meta.mfos`)
+  act         an adversarial cheap-talk adversary against PPO victims (`sparqrl.meta.act`)
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM, make_hparams_t
 from sparqrl.algos.ppo import objectives
 from sparqrl.config import ConfigError, close_matches, fail
 
-TASKS = ("value-loss", "lpo", "hparams")
+TASKS = ("value-loss", "lpo", "hparams", "mfos", "act")
 FITNESS = ("lifetime", "final")
 FINAL_FRACTION = 0.1
 """`final` fitness: the episodes finished in this last fraction of the inner run's updates (at least one)."""
@@ -51,6 +53,10 @@ class MetaTask(NamedTuple):
     """The inner algorithm's resolved config (recorded in config.json)."""
     describe_genome: Callable[[Any], dict[str, float]] | None = None
     """genome -> readable values (hparams: field -> value), for best_hparams.json; None for networks."""
+    columns: tuple[str, ...] = ("lifetime_return", "final_return")
+    """The fitness metrics written to fitness.csv and TensorBoard (their population mean per generation)."""
+    final_evaluation: Callable[[Any, jax.Array], dict[str, Any]] | None = None
+    """(centre genome, key) -> entries added to summary.json at the end of the run (mfos: each side's return)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -215,7 +221,9 @@ def make_hparams_task(algo_name: str, env: Any, config: Any, fields: tuple[str, 
 
 
 def default_fitness(task: str) -> str:
-    return "lifetime" if task == "value-loss" else "final"
+    if task == "mfos":
+        return "meta_return"  # the meta-agent's mean reward per round; no other choice
+    return "lifetime" if task in ("value-loss", "act") else "final"
 
 
 def check_task(task: str) -> None:

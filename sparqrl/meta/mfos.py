@@ -1,0 +1,342 @@
+"""M-FOS, model-free opponent shaping (Lu et al., ICML 2022; reference `meta_mfos_act.md` §2).
+
+A meta-agent plays a matrix game against a learning opponent: each meta-step is a whole inner game (the
+exact infinite-horizon value, gamma 0.96, or sampled rounds), its action is its own inner policy for that
+game (5 logits of a memory-1 policy; 1 for chicken), its observation both players' last inner policies,
+and the opponent updates after every meta-step by its own rule (naive learner, LOLA, best response,
+static). A meta-episode (100 meta-steps) is one whole learning run of the opponent
+(`sparqrl.envs.matrix.MetaGame`). Two trainers of the meta-policy:
+
+  es   the reference's mean network (state -> 256 tanh -> logits, deterministic) evolved by an evosax
+       strategy through the generic meta loop: `make_task` is the `MetaTask` 'mfos', fitness = the
+       meta-agent's mean reward per round over `games` meta-episodes (§2.5 trains it by a (1 + lambda)
+       hill-climber; OpenES is pax's choice, §2.8)
+  ppo  the reference's PPO (§2.4, `PPOTrainer`): a Gaussian meta-policy (256 tanh, mean and
+       softplus(raw) as the *variance*, the reference's quirk, or as the std with variance='std'), a
+       separate 256 tanh critic, Monte-Carlo returns (gamma 0.99) normalised over the whole batch,
+       advantage = normalised return - V, clip 0.2, 4 full-batch epochs, Adam 2e-3, entropy 0.01; one
+       update per meta-episode of `games` parallel games. It has the `Strategy` methods the meta loop
+       uses (init, center, best; its `generation` is one meta-episode and one update), so checkpoints,
+       exact resume, fitness.csv, progress and plots are the loop's own.
+
+In the reference code the M-FOS agent is the column player (player 2) and the opponent the row player.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+import distrax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from sparqrl import config as cfg
+from sparqrl.envs import matrix
+from sparqrl.meta.strategies import GenerationOutput, TellMetrics
+from sparqrl.meta.tasks import MetaTask
+
+TRAINERS = ("es", "ppo")
+VARIANCES = ("softplus", "std")
+COLUMNS = ("meta_return", "opponent_return")
+DEFAULT_GAMES = {"es": 128, "ppo": 4096}
+STATE_NAMES = ("first", "CC", "CD", "DC", "DD")
+
+
+@dataclasses.dataclass(frozen=True)
+class MfosConfig:
+    """The meta-game and the M-FOS trainer (recorded as the run's inner config)."""
+
+    game: str = "ipd"
+    opponent: str = "nl"
+    trainer: str = "es"
+    games: int = 128
+    """Meta-episodes played in parallel: per fitness evaluation and inner seed (es), per update (ppo)."""
+    meta_steps: int = 100
+    gamma: float = 0.96
+    """Inner discount of the exact game values."""
+    opponent_lr: float = 1.0
+    rounds: int = 0
+    """0: exact infinite-horizon values; N: rewards from N sampled rounds of play."""
+    hidden: int = 256
+    lr: float = 2e-3
+    """ppo: Adam learning rate."""
+    meta_gamma: float = 0.99
+    clip_eps: float = 0.2
+    epochs: int = 4
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    variance: str = "softplus"
+    """ppo: softplus(raw) is the Gaussian's variance (the reference's quirk) or its std ('std')."""
+    eval_games: int = 1024
+    """Meta-episodes of the final evaluation (summary.json's meta_return_mean, opponent_return_mean)."""
+
+    def validate(self) -> "MfosConfig":
+        cfg.one_of("game", self.game, matrix.GAMES)
+        cfg.one_of("opponent", self.opponent, matrix.OPPONENTS)
+        cfg.one_of("trainer", self.trainer, TRAINERS)
+        cfg.one_of("variance", self.variance, VARIANCES)
+        for name in ("games", "meta_steps", "hidden", "epochs", "eval_games"):
+            value = getattr(self, name)
+            cfg.require(isinstance(value, int) and value >= 1, name, value, "must be an integer >= 1")
+        cfg.require(self.rounds >= 0, "rounds", self.rounds, "must be >= 0 (0: exact values)")
+        for name in ("lr", "opponent_lr", "clip_eps"):
+            cfg.positive(name, getattr(self, name))
+        for name in ("gamma", "meta_gamma"):
+            cfg.require(0.0 < getattr(self, name) < 1.0, name, getattr(self, name), "must be in (0, 1)")
+        cfg.check_numbers(self)
+        return self
+
+
+def make_meta_game(config: MfosConfig) -> Any:
+    return matrix.MetaGame(game=config.game, opponent=config.opponent, gamma=config.gamma, lr=config.opponent_lr,
+                           meta_steps=config.meta_steps, rounds=config.rounds or None)
+
+
+class MLP(nn.Module):
+    """x -> Dense(hidden) -> tanh -> Dense(out): the reference's meta-policy, critic and mean network."""
+
+    hidden: int
+    out: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return nn.Dense(self.out)(jnp.tanh(nn.Dense(self.hidden)(x)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Playing meta-episodes
+# --------------------------------------------------------------------------------------------------
+
+
+class Played(NamedTuple):
+    """One meta-episode per game, time-major: [T, G] (obs/action [T, G, D])."""
+
+    obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    reward: jax.Array
+    opponent_reward: jax.Array
+
+
+Policy = Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
+"""(obs [G, D], key) -> (action [G, A], log-prob [G])."""
+
+
+def play(env: Any, policy: Policy, key: jax.Array, games: int) -> Played:
+    """`games` whole meta-episodes (env.max_episode_steps meta-steps each) of `policy` against the opponent
+    (`MetaGame.advance`: the episodes end with the scan, so no step pays for an auto-reset)."""
+    reset_key, run_key = jax.random.split(key)
+    obs, state = jax.vmap(env.reset)(jax.random.split(reset_key, games))
+
+    def step(carry, k):
+        obs, state = carry
+        act_key, env_key = jax.random.split(k)
+        action, log_prob = policy(obs, act_key)
+        next_obs, state, info = jax.vmap(env.advance)(jax.random.split(env_key, games), state, action)
+        return (next_obs, state), Played(obs, action, log_prob, info["reward"], info["opponent_reward"])
+
+    _, played = jax.lax.scan(step, (obs, state), jax.random.split(run_key, env.max_episode_steps))
+    return played
+
+
+def deterministic(apply: Callable[[Any, jax.Array], jax.Array], params: Any) -> Policy:
+    return lambda obs, key: (apply(params, obs), jnp.zeros(obs.shape[0]))
+
+
+def returns_per_round(played: Played) -> tuple[jax.Array, jax.Array]:
+    """Each game's mean reward per round over its meta-episode, for both sides: ([G], [G])."""
+    return played.reward.mean(axis=0), played.opponent_reward.mean(axis=0)
+
+
+# --------------------------------------------------------------------------------------------------
+# The task (es) and its final evaluation
+# --------------------------------------------------------------------------------------------------
+
+
+def policy_mean_fn(config: MfosConfig, action_dim: int) -> Callable[[Any, jax.Array], jax.Array]:
+    """params -> the deterministic inner policy (logits) of a trainer's centre: the ES mean network's
+    output, or the PPO actor's mean."""
+    if config.trainer == "es":
+        return MLP(config.hidden, action_dim).apply
+    actor = MLP(config.hidden, 2 * action_dim)
+    return lambda params, obs: actor.apply(params, obs)[..., :action_dim]
+
+
+def cooperation(config: MfosConfig, params: Any, key: jax.Array, games: int = 256
+                ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The deterministic policy of a centre played for one meta-episode on `games` games: the meta-agent's
+    cooperation probability per inner state and meta-step [T, A] (mean over games), and each side's reward
+    per round and meta-step ([T], [T])."""
+    env = make_meta_game(config)
+    mean = policy_mean_fn(config, env.action_space.shape[0])
+    played = play(env, deterministic(mean, params), key, games)
+    return jax.nn.sigmoid(played.action).mean(axis=1), played.reward.mean(axis=1), played.opponent_reward.mean(axis=1)
+
+
+def final_evaluation(config: MfosConfig, env: Any) -> Callable[[Any, jax.Array], dict[str, Any]]:
+    """centre params -> summary entries: each side's mean reward per round over `eval_games` meta-episodes
+    of the deterministic policy, and the meta-agent's cooperation probability per inner state, averaged
+    over the games at the start and at the end of the meta-episode."""
+    mean = policy_mean_fn(config, env.action_space.shape[0])
+
+    @jax.jit
+    def run(params: Any, key: jax.Array) -> tuple[Played, jax.Array, jax.Array]:
+        played = play(env, deterministic(mean, params), key, config.eval_games)
+        return played, *returns_per_round(played)
+
+    def evaluate(params: Any, key: jax.Array) -> dict[str, Any]:
+        played, mine, theirs = run(params, key)
+        cooperate = jax.nn.sigmoid(played.action).mean(axis=1)  # [T, A]
+        names = STATE_NAMES[: cooperate.shape[-1]]
+        return {"meta_return_mean": float(mine.mean()), "opponent_return_mean": float(theirs.mean()),
+                "cooperation_start": {n: float(p) for n, p in zip(names, cooperate[0])},
+                "cooperation_end": {n: float(p) for n, p in zip(names, cooperate[-1])}}
+
+    return evaluate
+
+
+def make_task(config: MfosConfig) -> MetaTask:
+    """The meta task 'mfos': genome = the mean network's params (es; zeros, pax's zero-mean start) or the
+    PPO actor-critic's (ppo; flax's default init); fitness (es) = mean reward per round over `games`
+    meta-episodes, metrics meta_return and opponent_return."""
+    config = config.validate()
+    env = make_meta_game(config)
+    action_dim = env.action_space.shape[0]
+    obs = jnp.zeros(env.observation_shape)
+    network = MLP(config.hidden, action_dim)
+
+    def init(key: jax.Array | None) -> Any:
+        key = jax.random.PRNGKey(0) if key is None else key
+        if config.trainer == "es":
+            return jax.tree.map(jnp.zeros_like, network.init(key, obs))
+        actor_key, critic_key = jax.random.split(key)
+        return {"actor": MLP(config.hidden, 2 * action_dim).init(actor_key, obs),
+                "critic": MLP(config.hidden, 1).init(critic_key, obs)}
+
+    def fitness(genome: Any, key: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+        mine, theirs = returns_per_round(play(env, deterministic(network.apply, genome), key, config.games))
+        return mine.mean(), {"meta_return": mine.mean(), "opponent_return": theirs.mean()}
+
+    return MetaTask(name="mfos", init=init, fitness=fitness, env_steps=config.games * config.meta_steps,
+                    algo=f"mfos-{config.trainer}", inner_config=config, columns=COLUMNS,
+                    final_evaluation=final_evaluation(config, env))
+
+
+# --------------------------------------------------------------------------------------------------
+# The PPO trainer (§2.4)
+# --------------------------------------------------------------------------------------------------
+
+
+class PPOState(NamedTuple):
+    params: Any  # {"actor", "critic"}
+    opt_state: Any
+    generation: jax.Array  # meta-episodes done
+    best_fitness: jax.Array  # best batch-mean reward per round so far
+    best_actor: Any
+
+
+def gaussian(config: MfosConfig, out: jax.Array) -> distrax.Distribution:
+    """The meta-policy's diagonal Gaussian from the actor's [.., 2A] output."""
+    mean, raw = jnp.split(out, 2, axis=-1)
+    scale = jax.nn.softplus(raw)
+    if config.variance == "softplus":
+        scale = jnp.sqrt(scale)  # softplus(raw) is the variance
+    return distrax.MultivariateNormalDiag(mean, jnp.maximum(scale, 1e-6))
+
+
+def discounted_returns(rewards: jax.Array, gamma: float) -> jax.Array:
+    """Monte-Carlo returns of whole meta-episodes, [T, G] -> [T, G] (the episode ends after the last step)."""
+    def back(following, r):
+        value = r + gamma * following
+        return value, value
+
+    _, returns = jax.lax.scan(back, jnp.zeros_like(rewards[0]), rewards, reverse=True)
+    return returns
+
+
+def ppo_loss(config: MfosConfig, actor: MLP, critic: MLP, params: Any, batch: Played, returns: jax.Array
+             ) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Clipped surrogate with advantage = normalised return - V (V held fixed), 0.5 * MSE value loss and
+    an entropy bonus, over the whole batch (§2.4)."""
+    dist = gaussian(config, actor.apply(params["actor"], batch.obs))
+    value = critic.apply(params["critic"], batch.obs)[..., 0]
+    advantage = returns - jax.lax.stop_gradient(value)
+    ratio = jnp.exp(dist.log_prob(batch.action) - batch.log_prob)
+    clipped = jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps)
+    policy_loss = -jnp.mean(jnp.minimum(ratio * advantage, clipped * advantage))
+    value_loss = jnp.mean(jnp.square(value - returns))
+    entropy = jnp.mean(dist.entropy())
+    total = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+    return total, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PPOTrainer:
+    """M-FOS's PPO with the methods of `sparqrl.meta.strategies.Strategy` that the meta loop uses."""
+
+    config: MfosConfig
+    env: Any
+    name: str = "ppo"
+    antithetic: bool = False
+
+    @property
+    def popsize(self) -> int:
+        return self.config.games
+
+    @property
+    def optimizer(self) -> optax.GradientTransformation:
+        return optax.adam(self.config.lr, b1=0.9, b2=0.999)
+
+    def networks(self) -> tuple[MLP, MLP]:
+        dim = self.env.action_space.shape[0]
+        return MLP(self.config.hidden, 2 * dim), MLP(self.config.hidden, 1)
+
+    def init(self, key: jax.Array, params: Any) -> PPOState:
+        del key
+        return PPOState(params, self.optimizer.init(params), jnp.zeros((), jnp.int32), jnp.asarray(-jnp.inf),
+                        params["actor"])
+
+    def center(self, state: PPOState) -> Any:
+        return state.params["actor"]
+
+    def best(self, state: PPOState) -> tuple[Any, jax.Array]:
+        return state.best_actor, state.best_fitness
+
+    def generation(self, key: jax.Array, state: PPOState) -> tuple[PPOState, GenerationOutput]:
+        """One meta-episode of `games` games with the stochastic meta-policy, then one PPO update."""
+        config, (actor, critic) = self.config, self.networks()
+        play_key, _ = jax.random.split(key)
+
+        def policy(obs: jax.Array, k: jax.Array) -> tuple[jax.Array, jax.Array]:
+            dist = gaussian(config, actor.apply(state.params["actor"], obs))
+            action = dist.sample(seed=k)
+            return action, dist.log_prob(action)
+
+        played = play(self.env, policy, play_key, config.games)
+        returns = discounted_returns(played.reward, config.meta_gamma)
+        returns = (returns - returns.mean()) / (returns.std() + 1e-5)
+        grad_fn = jax.grad(lambda p: ppo_loss(config, actor, critic, p, played, returns), has_aux=True)
+
+        def epoch(carry, _):
+            params, opt_state = carry
+            grads, _ = grad_fn(params)
+            updates, opt_state = self.optimizer.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), None
+
+        (params, opt_state), _ = jax.lax.scan(epoch, (state.params, state.opt_state), None, length=config.epochs)
+        mine, theirs = returns_per_round(played)
+        mean = mine.mean()
+        better = mean > state.best_fitness
+        best_actor = jax.tree.map(lambda new, old: jnp.where(better, new, old), state.params["actor"], state.best_actor)
+        new = PPOState(params, opt_state, state.generation + 1, jnp.maximum(mean, state.best_fitness), best_actor)
+        metrics = TellMetrics(generation=new.generation, mean_fitness=mean, std_fitness=mine.std(),
+                              best_fitness_in_generation=mine.max(), best_fitness=new.best_fitness)
+        return new, GenerationOutput(metrics, mine, {"meta_return": mine, "opponent_return": theirs})
+
+
+def make_trainer(task: MetaTask) -> PPOTrainer:
+    config = task.inner_config
+    return PPOTrainer(config, make_meta_game(config))

@@ -1,0 +1,169 @@
+"""M-FOS (`sparqrl meta mfos`): the PPO trainer's math against NumPy, an ES smoke run that shapes a naive
+learner (reference `meta_mfos_act.md` §8.2), the PPO trainer's outputs and exact resume, one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sparqrl.meta import mfos
+from sparqrl.meta import run as meta_run
+
+NL_VS_NL = -1.98
+"""IPD, naive learner against naive learner: mean reward per round over 100 steps (reference §2.9)."""
+
+
+def run_cli(capsys, *argv):
+    from sparqrl.cli import main
+
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def fitness_rows(out):
+    with (out / "fitness.csv").open(newline="") as f:
+        return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in csv.DictReader(f)]
+
+
+# --------------------------------------------------------------------------------------------------
+# The PPO trainer's pieces against NumPy
+
+
+def test_discounted_returns_match_numpy():
+    rewards = np.random.default_rng(0).normal(size=(7, 3)).astype(np.float32)
+    expected = np.zeros_like(rewards)
+    following = np.zeros(3, np.float32)
+    for t in reversed(range(7)):
+        following = rewards[t] + 0.9 * following
+        expected[t] = following
+    np.testing.assert_allclose(mfos.discounted_returns(jnp.asarray(rewards), 0.9), expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("variance", ["softplus", "std"])
+def test_gaussian_log_prob_and_entropy_match_numpy(variance):
+    rng = np.random.default_rng(1)
+    out = rng.normal(size=(4, 10)).astype(np.float32)
+    action = rng.normal(size=(4, 5)).astype(np.float32)
+    dist = mfos.gaussian(mfos.MfosConfig(variance=variance), jnp.asarray(out))
+    mean, raw = out[:, :5], out[:, 5:]
+    softplus = np.log1p(np.exp(raw))
+    var = softplus if variance == "softplus" else softplus ** 2
+    log_prob = -0.5 * np.sum((action - mean) ** 2 / var + np.log(2 * np.pi * var), axis=1)
+    entropy = 0.5 * np.sum(np.log(2 * np.pi * np.e * var), axis=1)
+    np.testing.assert_allclose(dist.log_prob(jnp.asarray(action)), log_prob, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dist.entropy(), entropy, rtol=1e-4, atol=1e-4)
+
+
+def test_ppo_loss_matches_numpy():
+    """Clipped surrogate with advantage = return - V (V held fixed), 0.5 MSE and the entropy bonus."""
+    config = mfos.MfosConfig(hidden=8)
+    actor, critic = mfos.MLP(8, 2), mfos.MLP(8, 1)
+    obs = jax.random.uniform(jax.random.PRNGKey(0), (6, 2))
+    params = {"actor": actor.init(jax.random.PRNGKey(1), obs), "critic": critic.init(jax.random.PRNGKey(2), obs)}
+    action = jax.random.normal(jax.random.PRNGKey(3), (6, 1))
+    old_log_prob = jax.random.normal(jax.random.PRNGKey(4), (6,)) - 1.0
+    returns = jax.random.normal(jax.random.PRNGKey(5), (6,))
+    batch = mfos.Played(obs, action, old_log_prob, jnp.zeros(6), jnp.zeros(6))
+    total, parts = mfos.ppo_loss(config, actor, critic, params, batch, returns)
+
+    out = np.asarray(actor.apply(params["actor"], obs), np.float64)
+    value = np.asarray(critic.apply(params["critic"], obs), np.float64)[:, 0]
+    mean, var = out[:, :1], np.log1p(np.exp(out[:, 1:]))
+    a = np.asarray(action, np.float64)
+    log_prob = -0.5 * np.sum((a - mean) ** 2 / var + np.log(2 * np.pi * var), axis=1)
+    ratio = np.exp(log_prob - np.asarray(old_log_prob))
+    adv = np.asarray(returns) - value
+    surrogate = -np.mean(np.minimum(ratio * adv, np.clip(ratio, 0.8, 1.2) * adv))
+    value_loss = np.mean((value - np.asarray(returns)) ** 2)
+    entropy = np.mean(0.5 * np.sum(np.log(2 * np.pi * np.e * var), axis=1))
+    np.testing.assert_allclose(parts["policy_loss"], surrogate, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(parts["value_loss"], value_loss, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(total, surrogate + 0.5 * value_loss - 0.01 * entropy, rtol=1e-4, atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------------
+# Runs
+
+
+def test_mfos_es_shapes_a_naive_learner(capsys, tmp_path):
+    """IPD against a naive learner, OpenES population 64 (sigma 0.1, lr 0.05), 48 generations, 128 games per
+    member, a 32-unit network: the evolved meta-policy earns far more than the NL-vs-NL baseline (-1.98 per
+    round; the start is -2.46) and more than its opponent, which it shapes.
+
+    The reference's smoke test also wants the opponent below the baseline. At this budget it is not reached
+    reliably: over 5 settings and seeds the opponent ended at -1.55 to -1.99 (the reference's own
+    evolutionary M-FOS plateaued at NL -1.83, §2.9); BENCHMARKS.md has the runs."""
+    out = tmp_path / "es"
+    code, text, err = run_cli(capsys, "meta", "mfos", "--game", "ipd", "--opponent", "nl", "--trainer", "es",
+                              "--popsize", "64", "--seeds", "1", "--games", "128", "--generations", "48",
+                              "--sigma", "0.1", "--lr", "0.05", "--set", "hidden=32",
+                              "--out", str(out), "--no-progress", "--no-energy")
+    assert code == 0, err
+    summary = json.loads(text)
+    print(f"\nM-FOS ES vs NL: {summary['meta_return_mean']:.3f} / NL {summary['opponent_return_mean']:.3f}, "
+          f"{summary['wall_time_s']:.0f} s")
+    assert summary["meta_return_mean"] > -1.5 > NL_VS_NL
+    assert summary["opponent_return_mean"] < summary["meta_return_mean"] - 0.3
+    for name in ("fitness.csv", "fitness.png", "learned.png", "summary.json", "checkpoint.npz",
+                 "best_meta_params.npz"):
+        assert (out / name).exists(), name
+    rows = fitness_rows(out)
+    assert float(rows[0]["meta_return"]) < -2.3  # the start: the naive learner exploits the random meta-policy
+    assert len(rows) == 48 and {"meta_return", "opponent_return"} <= set(rows[0])
+    assert set(summary["cooperation_end"]) == set(mfos.STATE_NAMES)
+
+
+def test_mfos_ppo_outputs_and_killed_run_resumes_identically(capsys, tmp_path):
+    """The PPO trainer through the meta loop: every output, and a run killed after meta-episode 2 of 3 ends
+    bit-identical to an uninterrupted one."""
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    argv = ["--trainer", "ppo", "--games", "64", "--generations", "3", "--no-progress", "--no-energy"]
+    code, text, err = run_cli(capsys, "meta", "mfos", *argv, "--out", str(whole))
+    assert code == 0, err
+    summary = json.loads(text)
+    assert summary["algo"] == "mfos-ppo" and summary["env_steps"] == 3 * 64 * 100
+    assert math.isfinite(summary["meta_return_mean"]) and math.isfinite(summary["opponent_return_mean"])
+
+    class Killed(Exception):
+        pass
+
+    def kill(generation):
+        if generation == 2:
+            raise Killed
+
+    config = meta_run.MetaConfig(task="mfos", trainer="ppo", games=64, generations=3, out=str(killed),
+                                 energy=False, progress=False)
+    with pytest.raises(Killed):
+        meta_run.train_meta(config, on_generation=kill)
+    code, _, err = run_cli(capsys, "meta", "--resume", str(killed), "--no-progress")
+    assert code == 0, err
+    assert fitness_rows(killed) == fitness_rows(whole)
+    with np.load(whole / meta_run.CHECKPOINT) as a, np.load(killed / meta_run.CHECKPOINT) as b:
+        for k in a.files:
+            if k != "totals":
+                np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["meta", "mfos", "--game", "pd"], "game='pd'"),
+    (["meta", "mfos", "--opponent", "tft"], "opponent='tft'"),
+    (["meta", "mfos", "--trainer", "sgd"], "trainer='sgd'"),
+    (["meta", "mfos", "--env", "Acrobot-v1"], "--game"),
+    (["meta", "mfos", "--trainer", "ppo", "--popsize", "8"], "trainer es"),
+    (["meta", "mfos", "--fitness", "final"], "fitness='final'"),
+    (["meta", "mfos", "--set", "variance=log"], "variance='log'"),
+    (["meta", "lpo", "--game", "imp"], "task mfos only"),
+])
+def test_mfos_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, words):
+    code, _, err = run_cli(capsys, *argv, "--out", str(tmp_path / "x"))
+    assert code == 2
+    assert err.startswith("sparqrl: error:") and err.strip().count("\n") == 0, err
+    assert words in err, err
+    assert not (tmp_path / "x").exists()
