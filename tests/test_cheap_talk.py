@@ -6,6 +6,7 @@ env, adversary kind and options share one compiled program.
 """
 
 import functools
+import json
 
 import jax
 import jax.numpy as jnp
@@ -342,3 +343,51 @@ def test_ppo_victim_trains_with_traced_adversary_params():
     # same key, different messages: the two victims trained differently (one program for both)
     assert not np.allclose(np.asarray(runs[0]["value_loss"]), np.asarray(runs[1]["value_loss"]))
     assert fitness._cache_size() == 1
+
+
+# --------------------------------------------------------------------------------------------------
+# `sparqrl meta act`: a toy ANTI run (reference §8.2) and one-line errors
+
+
+def _meta_cli(capsys, *argv):
+    from sparqrl.cli import main
+
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_act_anti_lowers_the_victims_return(capsys, tmp_path):
+    """Toy ACT ANTI on CartPole (population 16, 10 generations, 32-update victims of 512 steps, a static
+    adversary, OpenES sigma 0.5, lr 0.1): 8 victims trained with the evolved adversary end below 8 trained
+    with a silent one on the same keys, over the whole training and over its last 10 %."""
+    out = tmp_path / "act"
+    code, text, err = _meta_cli(capsys, "meta", "act", "--env", "CartPole-v1", "--mode", "anti", "--adversary", "mlp",
+                                "--popsize", "16", "--seeds", "1", "--generations", "10", "--sigma", "0.5",
+                                "--lr", "0.1", "--set", "num_steps=128", "--set", "total_timesteps=16384",
+                                "--out", str(out), "--no-progress", "--no-energy")
+    assert code == 0, err
+    s = json.loads(text)
+    print(f"\nACT anti: victims {s['victim_lifetime_return_mean']:.1f} / {s['victim_final_return_mean']:.1f}, "
+          f"silent {s['baseline_lifetime_return_mean']:.1f} / {s['baseline_final_return_mean']:.1f}")
+    assert s["victim_final_return_mean"] < s["baseline_final_return_mean"] - 10
+    assert s["victim_lifetime_return_mean"] < s["baseline_lifetime_return_mean"] - 10
+    assert len(s["victim_return_per_update"]) == 32
+    for name in ("fitness.csv", "fitness.png", "learned.png", "best_meta_params.npz", "checkpoint.npz"):
+        assert (out / name).exists(), name
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["meta", "act", "--mode", "evil"], "mode='evil'"),
+    (["meta", "act", "--mode", "goal", "--env", "Acrobot-v1"], "goal runs on CartPole-v1"),
+    (["meta", "act", "--adversary", "gru"], "adversary='gru'"),
+    (["meta", "act", "--n-dims", "0"], "n_dims"),
+    (["meta", "act", "--game", "imp"], "task mfos only"),
+    (["meta", "mfos", "--mode", "pro"], "task act only"),
+])
+def test_act_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, words):
+    code, _, err = _meta_cli(capsys, *argv, "--out", str(tmp_path / "x"))
+    assert code == 2
+    assert err.startswith("sparqrl: error:") and err.strip().count("\n") == 0, err
+    assert words in err, err
+    assert not (tmp_path / "x").exists()

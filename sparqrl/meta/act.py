@@ -70,6 +70,7 @@ def make_task(env_name: str, mode: str, adversary: str, n_dims: int, victim: Any
     from sparqrl.algos import ppo
 
     cfg.one_of("fitness", fitness, FITNESS)
+    cfg.one_of("adversary", adversary, cheap_talk.KINDS)
     env = base_env(env_name, mode)
     zero = cheap_talk.zero_adversary(cheap_talk.adversary_obs_dim(env), n_dims, adversary)
 
