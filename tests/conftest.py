@@ -18,3 +18,20 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def run_cli(capsys, *argv):
+    """`sparqrl ARGV` in this process: (exit code, stdout, stderr)."""
+    from sparqrl.cli import main
+
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def fitness_rows(out):
+    """A meta run's fitness.csv rows, without the wall times (equal runs differ only there)."""
+    import csv
+
+    with (out / "fitness.csv").open(newline="") as f:
+        return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in csv.DictReader(f)]

@@ -13,6 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import run_cli
+
 from sparqrl.algos import ppo
 from sparqrl.algos.base import make_train_fn
 from sparqrl.config import ConfigError
@@ -349,20 +351,12 @@ def test_ppo_victim_trains_with_traced_adversary_params():
 # `sparqrl meta act`: a toy ANTI run (reference §8.2) and one-line errors
 
 
-def _meta_cli(capsys, *argv):
-    from sparqrl.cli import main
-
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def test_act_anti_lowers_the_victims_return(capsys, tmp_path):
     """Toy ACT ANTI on CartPole (population 16, 10 generations, 32-update victims of 512 steps, a static
     adversary, OpenES sigma 0.5, lr 0.1): 8 victims trained with the evolved adversary end below 8 trained
     with a silent one on the same keys, over the whole training and over its last 10 %."""
     out = tmp_path / "act"
-    code, text, err = _meta_cli(capsys, "meta", "act", "--env", "CartPole-v1", "--mode", "anti", "--adversary", "mlp",
+    code, text, err = run_cli(capsys, "meta", "act", "--env", "CartPole-v1", "--mode", "anti", "--adversary", "mlp",
                                 "--popsize", "16", "--seeds", "1", "--generations", "10", "--sigma", "0.5",
                                 "--lr", "0.1", "--set", "num_steps=128", "--set", "total_timesteps=16384",
                                 "--out", str(out), "--no-progress", "--no-energy")
@@ -386,7 +380,7 @@ def test_act_anti_lowers_the_victims_return(capsys, tmp_path):
     (["meta", "mfos", "--mode", "pro"], "task act only"),
 ])
 def test_act_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, words):
-    code, _, err = _meta_cli(capsys, *argv, "--out", str(tmp_path / "x"))
+    code, _, err = run_cli(capsys, *argv, "--out", str(tmp_path / "x"))
     assert code == 2
     assert err.startswith("sparqrl: error:") and err.strip().count("\n") == 0, err
     assert words in err, err

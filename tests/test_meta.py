@@ -3,7 +3,6 @@ their file's content, `sparqrl meta` outputs, an exact resume, one-line errors, 
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import time
@@ -12,6 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from conftest import fitness_rows, run_cli
 
 from sparqrl import cli
 from sparqrl import config as cfg
@@ -136,19 +137,6 @@ INNER = ["--set", "num_envs=4", "--set", "num_steps=16", "--set", "num_minibatch
 def meta_argv(task, out, *extra):
     return ["meta", task, "--popsize", "4", "--seeds", "2", *INNER, "--out", str(out), "--no-energy",
             "--no-progress", *extra]
-
-
-def run_cli(capsys, *argv):
-    from sparqrl.cli import main
-
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def fitness_rows(out):
-    with (out / "fitness.csv").open(newline="") as f:
-        return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in csv.DictReader(f)]
 
 
 def checkpoint_arrays(out):

@@ -3,7 +3,6 @@ learner (reference `meta_mfos_act.md` §8.2), the PPO trainer's outputs and exac
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 
@@ -12,24 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import fitness_rows, run_cli
+
 from sparqrl.meta import mfos
 from sparqrl.meta import run as meta_run
 
 NL_VS_NL = -1.98
 """IPD, naive learner against naive learner: mean reward per round over 100 steps (reference §2.9)."""
-
-
-def run_cli(capsys, *argv):
-    from sparqrl.cli import main
-
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def fitness_rows(out):
-    with (out / "fitness.csv").open(newline="") as f:
-        return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in csv.DictReader(f)]
 
 
 # --------------------------------------------------------------------------------------------------
