@@ -145,6 +145,7 @@ def test_mfos_ppo_outputs_and_killed_run_resumes_identically(capsys, tmp_path):
     (["meta", "mfos", "--trainer", "sgd"], "trainer='sgd'"),
     (["meta", "mfos", "--env", "Acrobot-v1"], "--game"),
     (["meta", "mfos", "--trainer", "ppo", "--popsize", "8"], "trainer es"),
+    (["meta", "mfos", "--trainer", "ppo", "--sigma", "0.1"], "sigma=0.1 is not allowed: is for trainer es"),
     (["meta", "mfos", "--fitness", "final"], "fitness='final'"),
     (["meta", "mfos", "--set", "variance=log"], "variance='log'"),
     (["meta", "lpo", "--game", "imp"], "task mfos only"),

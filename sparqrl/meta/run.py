@@ -277,6 +277,10 @@ def _prepare_mfos(config: MetaConfig) -> Prepared:
             value = getattr(config, name)
             cfg.require(value in (1, getattr(MetaConfig, name)), name, value, "is for trainer es (ppo trains one "
                         "meta-policy on --games games per meta-episode)")
+        for name in ("strategy", "sigma", "lr", "fitness_shaping", "antithetic"):  # the evolution strategy's options
+            value = getattr(config, name)
+            cfg.require(value == getattr(MetaConfig, name), name, value, "is for trainer es (ppo's own settings: "
+                        "--set lr=..., --set clip_eps=..., ...)")
         config = dataclasses.replace(config, seeds=1, popsize=1)
         strategy: Any = mfos.make_trainer(task)
     else:
