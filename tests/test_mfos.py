@@ -148,6 +148,7 @@ def test_mfos_ppo_outputs_and_killed_run_resumes_identically(capsys, tmp_path):
     (["meta", "mfos", "--trainer", "ppo", "--sigma", "0.1"], "sigma=0.1 is not allowed: is for trainer es"),
     (["meta", "mfos", "--fitness", "final"], "fitness='final'"),
     (["meta", "mfos", "--set", "variance=log"], "variance='log'"),
+    (["meta", "mfos", "--set", "trainer=ppo"], "use --trainer instead"),
     (["meta", "lpo", "--game", "imp"], "task mfos only"),
 ])
 def test_mfos_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, words):

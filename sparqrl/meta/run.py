@@ -269,8 +269,11 @@ def _prepare_mfos(config: MetaConfig) -> Prepared:
     cfg.require(not config.steps, "steps", config.steps, "is not used by mfos: a meta-episode is 100 meta-steps")
     cfg.one_of("trainer", config.trainer, mfos.TRAINERS)
     games = config.games or mfos.DEFAULT_GAMES[config.trainer]
+    overrides = cfg.parse_set(config.set)
+    for name in TASK_OPTIONS["mfos"]:
+        cfg.require(name not in overrides, "set", f"{name}={overrides.get(name)}", f"use --{name} instead")
     inner = cfg.override(mfos.MfosConfig(game=config.game, opponent=config.opponent, trainer=config.trainer,
-                                         games=games), cfg.parse_set(config.set))
+                                         games=games), overrides)
     task = mfos.make_task(inner)
     if config.trainer == "ppo":
         for name in ("seeds", "popsize"):  # one learner: a generation's steps are its --games meta-episodes
