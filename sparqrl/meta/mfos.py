@@ -25,6 +25,7 @@ In the reference code the M-FOS agent is the column player (player 2) and the op
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, NamedTuple
 
 import distrax
@@ -176,20 +177,14 @@ def cooperation(config: MfosConfig, params: Any, key: jax.Array, games: int = 25
     return jax.nn.sigmoid(played.action).mean(axis=1), played.reward.mean(axis=1), played.opponent_reward.mean(axis=1)
 
 
-def final_evaluation(config: MfosConfig, env: Any) -> Callable[[Any, jax.Array], dict[str, Any]]:
+def final_evaluation(config: MfosConfig) -> Callable[[Any, jax.Array], dict[str, Any]]:
     """centre params -> summary entries: each side's mean reward per round over `eval_games` meta-episodes
     of the deterministic policy, and the meta-agent's cooperation probability per inner state, averaged
     over the games at the start and at the end of the meta-episode."""
-    mean = policy_mean_fn(config, env.action_space.shape[0])
-
-    @jax.jit
-    def run(params: Any, key: jax.Array) -> tuple[Played, jax.Array, jax.Array]:
-        played = play(env, deterministic(mean, params), key, config.eval_games)
-        return played, *returns_per_round(played)
+    run = jax.jit(functools.partial(cooperation, config, games=config.eval_games))
 
     def evaluate(params: Any, key: jax.Array) -> dict[str, Any]:
-        played, mine, theirs = run(params, key)
-        cooperate = jax.nn.sigmoid(played.action).mean(axis=1)  # [T, A]
+        cooperate, mine, theirs = run(params, key)
         names = STATE_NAMES[: cooperate.shape[-1]]
         return {"meta_return_mean": float(mine.mean()), "opponent_return_mean": float(theirs.mean()),
                 "cooperation_start": {n: float(p) for n, p in zip(names, cooperate[0])},
@@ -222,7 +217,7 @@ def make_task(config: MfosConfig) -> MetaTask:
 
     return MetaTask(name="mfos", init=init, fitness=fitness, env_steps=config.games * config.meta_steps,
                     algo=f"mfos-{config.trainer}", inner_config=config, columns=COLUMNS,
-                    final_evaluation=final_evaluation(config, env))
+                    final_evaluation=final_evaluation(config))
 
 
 # --------------------------------------------------------------------------------------------------
