@@ -364,5 +364,6 @@ def test_self_play_probability_schedule():
     assert mx.self_play_probability(100) == pytest.approx(0.15)
     assert mx.self_play_probability(1 / 0.0015) == pytest.approx(1.0)
     assert mx.self_play_probability(5000) == 1.0
-    with pytest.raises(ConfigError, match="episode"):
-        mx.self_play_probability(-1)
+    assert mx.self_play_probability(100, 0.0) == 0.0
+    traced = jax.jit(mx.self_play_probability)(jnp.arange(0, 800, 200), 0.0015)
+    np.testing.assert_allclose(traced, [0.0, 0.3, 0.6, 0.9], atol=1e-6)

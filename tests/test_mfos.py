@@ -139,7 +139,54 @@ def test_mfos_ppo_outputs_and_killed_run_resumes_identically(capsys, tmp_path):
                 np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
+def test_play_self_pays_each_side_its_own_view():
+    """Two fixed memory-1 policies against each other: all-C vs all-C pays -1 each; all-C vs all-D pays the
+    cooperator -3 and the defector 0 (IPD, exact values), each side reading its own reward."""
+    env = mfos.make_self_play_game(mfos.MfosConfig(meta_steps=3))
+
+    def fixed(logit):
+        return lambda obs, key: (jnp.full((obs.shape[0], 5), logit), jnp.zeros(obs.shape[0]))
+
+    for (l1, l2), (r1, r2) in {(9.0, 9.0): (-1.0, -1.0), (9.0, -9.0): (-3.0, 0.0)}.items():
+        one, two = mfos.play_self(env, fixed(l1), fixed(l2), jax.random.PRNGKey(0), games=4)
+        assert one.reward.shape == (3, 4) and one.obs.shape == (3, 4, 10)
+        np.testing.assert_allclose(one.reward, r1, atol=0.01)
+        np.testing.assert_allclose(two.reward, r2, atol=0.01)
+        np.testing.assert_array_equal(one.opponent_reward, two.reward)
+        np.testing.assert_allclose(one.obs[1:, :, :5], jax.nn.sigmoid(one.action[:-1]))  # own logits first
+        np.testing.assert_array_equal(two.obs[1:, :, :5], one.obs[1:, :, 5:])
+
+
+def test_mfos_self_play_outputs_and_schedule(capsys, tmp_path):
+    """Meta-self-play through the meta loop: meta-episode 1 is against the naive learners (lambda = 1), the
+    last ones (lambda = 0 from meta-episode 1 / decay = 2.5) are self-play, where agent 1's opponent is agent
+    2; both agents' actors are saved and evaluated against each other."""
+    out = tmp_path / "self"
+    code, text, err = run_cli(capsys, "meta", "mfos", "--opponent", "self", "--trainer", "ppo", "--games", "16",
+                              "--generations", "4", "--set", "self_play_decay=0.4", "--out", str(out),
+                              "--no-progress", "--no-energy")
+    assert code == 0, err
+    summary = json.loads(text)
+    assert summary["algo"] == "mfos-self-play"
+    rows = fitness_rows(out)
+    assert [float(r["self_play"]) for r in (rows[0], rows[-1])] == [0.0, 1.0]
+    for row in rows:
+        welfare = (float(row["meta_return"]) + float(row["agent2_return"])) / 2
+        assert float(row["mean_fitness"]) == pytest.approx(welfare, abs=1e-5)
+        if float(row["self_play"]):
+            assert row["opponent_return"] == row["agent2_return"]
+    config = json.loads((out / "config.json").read_text())["inner"]["config"]
+    assert config["lr"] == mfos.SELF_PLAY_LR and config["opponent"] == "self"
+    with np.load(out / "best_meta_params.npz") as saved:
+        assert {k.split("/")[0] for k in saved.files} == set(mfos.AGENTS), saved.files
+    for name in ("meta_return_mean", "opponent_return_mean"):
+        assert -3.0 <= summary[name] <= 0.0
+    assert (out / "learned.png").exists()
+
+
 @pytest.mark.parametrize("argv,words", [
+    (["meta", "mfos", "--opponent", "self"], "trainer='es' is not allowed: must be ppo for opponent self"),
+    (["meta", "mfos", "--opponent", "self", "--trainer", "ppo", "--set", "self_play_decay=-1"], "self_play_decay=-1"),
     (["meta", "mfos", "--game", "pd"], "game='pd'"),
     (["meta", "mfos", "--opponent", "tft"], "opponent='tft'"),
     (["meta", "mfos", "--trainer", "sgd"], "trainer='sgd'"),

@@ -468,12 +468,11 @@ class SelfPlayOut(NamedTuple):
     info: dict[str, jax.Array]
 
 
-def self_play_probability(episode: int, decay: float = 0.0015) -> float:
+def self_play_probability(episode: int | jax.Array, decay: float | jax.Array = 0.0015) -> jax.Array:
     """Probability that the two M-FOS agents play each other in meta-episode `episode` (§2.6):
-    1 - lambda, with lambda = max(0, 1 - decay * episode) starting at 1; pure self-play from 1 / decay."""
-    require(episode >= 0, "episode", episode, "must be >= 0")
-    require(decay >= 0, "decay", decay, "must be >= 0")
-    return 1.0 - max(0.0, 1.0 - decay * episode)
+    1 - lambda, with lambda = max(0, 1 - decay * episode) starting at 1; pure self-play from 1 / decay.
+    Traceable (the trainer draws it inside its compiled generation); episode and decay must be >= 0."""
+    return 1.0 - jnp.maximum(0.0, 1.0 - decay * jnp.asarray(episode, jnp.float32))
 
 
 @dataclasses.dataclass(frozen=True)

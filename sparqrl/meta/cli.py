@@ -52,7 +52,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=None, help="strategy learning rate (default: the preset)")
     p.add_argument("--fields", default=None, help="hparams: fields to evolve, e.g. lr,clip_eps (default all traced)")
     p.add_argument("--game", default=None, help=f"mfos: ipd, imp or chicken (default {d.game})")
-    p.add_argument("--opponent", default=None, help=f"mfos: nl, lola, br or static (default {d.opponent})")
+    p.add_argument("--opponent", default=None, help=f"mfos: nl, lola, br, static, or self (meta-self-play, "
+                   f"--trainer ppo) (default {d.opponent})")
     p.add_argument("--trainer", default=None, help=f"mfos: es or ppo (default {d.trainer})")
     p.add_argument("--games", type=int, default=None, help="mfos: games per evaluation (es, default 128) or per "
                    "meta-episode (ppo, default 4096)")

@@ -40,10 +40,16 @@ from sparqrl.meta.strategies import GenerationOutput, TellMetrics
 from sparqrl.meta.tasks import MetaTask
 
 TRAINERS = ("es", "ppo")
+SELF = "self"
+"""--opponent self: meta-self-play, two M-FOS PPO agents (§2.6)."""
 VARIANCES = ("softplus", "std")
 COLUMNS = ("meta_return", "opponent_return")
+SELF_PLAY_COLUMNS = COLUMNS + ("agent2_return", "self_play")
+SELF_PLAY_LR = 2e-4
+"""The reference's Adam learning rate of both meta-self-play agents (§2.6; 2e-3 against a fixed rule)."""
 DEFAULT_GAMES = {"es": 128, "ppo": 4096}
 STATE_NAMES = ("first", "CC", "CD", "DC", "DD")
+AGENTS = ("agent1", "agent2")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,11 +79,16 @@ class MfosConfig:
     """ppo: softplus(raw) is the Gaussian's variance (the reference's quirk) or its std ('std')."""
     eval_games: int = 1024
     """Meta-episodes of the final evaluation (summary.json's meta_return_mean, opponent_return_mean)."""
+    self_play_decay: float = 0.0015
+    """opponent self: lambda falls by this much per meta-episode; the agents play each other with probability
+    1 - lambda, else each its own naive learner (§2.6: pure self-play from meta-episode 1 / decay)."""
 
     def validate(self) -> "MfosConfig":
         cfg.one_of("game", self.game, matrix.GAMES)
-        cfg.one_of("opponent", self.opponent, matrix.OPPONENTS)
+        cfg.one_of("opponent", self.opponent, matrix.OPPONENTS + (SELF,))
         cfg.one_of("trainer", self.trainer, TRAINERS)
+        cfg.require(self.opponent != SELF or self.trainer == "ppo", "trainer", self.trainer,
+                    "must be ppo for opponent self (meta-self-play trains two PPO agents)")
         cfg.one_of("variance", self.variance, VARIANCES)
         for name in ("games", "meta_steps", "hidden", "epochs", "eval_games"):
             value = getattr(self, name)
@@ -85,15 +96,23 @@ class MfosConfig:
         cfg.require(self.rounds >= 0, "rounds", self.rounds, "must be >= 0 (0: exact values)")
         for name in ("lr", "opponent_lr", "clip_eps"):
             cfg.positive(name, getattr(self, name))
+        cfg.require(self.self_play_decay >= 0, "self_play_decay", self.self_play_decay, "must be >= 0")
         for name in ("gamma", "meta_gamma"):
             cfg.require(0.0 < getattr(self, name) < 1.0, name, getattr(self, name), "must be in (0, 1)")
         cfg.check_numbers(self)
         return self
 
 
-def make_meta_game(config: MfosConfig) -> Any:
-    return matrix.MetaGame(game=config.game, opponent=config.opponent, gamma=config.gamma, lr=config.opponent_lr,
+def make_meta_game(config: MfosConfig) -> matrix.MetaGame:
+    """The meta-game against the opponent's learning rule (opponent self: each agent's naive learner)."""
+    opponent = "nl" if config.opponent == SELF else config.opponent
+    return matrix.MetaGame(game=config.game, opponent=opponent, gamma=config.gamma, lr=config.opponent_lr,
                            meta_steps=config.meta_steps, rounds=config.rounds or None)
+
+
+def make_self_play_game(config: MfosConfig) -> matrix.SelfPlayGame:
+    return matrix.SelfPlayGame(game=config.game, gamma=config.gamma, meta_steps=config.meta_steps,
+                               rounds=config.rounds or None)
 
 
 class MLP(nn.Module):
@@ -143,6 +162,26 @@ def play(env: Any, policy: Policy, key: jax.Array, games: int) -> Played:
     return played
 
 
+def play_self(env: matrix.SelfPlayGame, policy1: Policy, policy2: Policy, key: jax.Array, games: int
+              ) -> tuple[Played, Played]:
+    """`games` whole meta-episodes of two meta-policies against each other (meta-self-play), each side's
+    view: its own observations, actions and reward, the other's reward as `opponent_reward`."""
+    reset_key, run_key = jax.random.split(key)
+    obs1, obs2, state = jax.vmap(env.reset)(jax.random.split(reset_key, games))
+
+    def step(carry, k):
+        obs1, obs2, state = carry
+        key1, key2 = jax.random.split(k)
+        action1, log_prob1 = policy1(obs1, key1)
+        action2, log_prob2 = policy2(obs2, key2)
+        out = jax.vmap(env.step)(state, action1, action2)  # (its auto-reset after the last step is unused)
+        return (out.obs1, out.obs2, out.state), (Played(obs1, action1, log_prob1, out.reward1, out.reward2),
+                                                  Played(obs2, action2, log_prob2, out.reward2, out.reward1))
+
+    _, played = jax.lax.scan(step, (obs1, obs2, state), jax.random.split(run_key, env.meta_steps))
+    return played
+
+
 def deterministic(apply: Callable[[Any, jax.Array], jax.Array], params: Any) -> Policy:
     return lambda obs, key: (apply(params, obs), jnp.zeros(obs.shape[0]))
 
@@ -168,18 +207,22 @@ def policy_mean_fn(config: MfosConfig, action_dim: int) -> Callable[[Any, jax.Ar
 
 def cooperation(config: MfosConfig, params: Any, key: jax.Array, games: int = 256
                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """The deterministic policy of a centre played for one meta-episode on `games` games: the meta-agent's
-    cooperation probability per inner state and meta-step [T, A] (mean over games), and each side's reward
-    per round and meta-step ([T], [T])."""
+    """The deterministic policy of a centre played for one meta-episode on `games` games (opponent self: the
+    two agents against each other): the meta-agent's (agent 1's) cooperation probability per inner state and
+    meta-step [T, A] (mean over games), and each side's reward per round and meta-step ([T], [T])."""
     env = make_meta_game(config)
     mean = policy_mean_fn(config, env.action_space.shape[0])
-    played = play(env, deterministic(mean, params), key, games)
+    if config.opponent == SELF:
+        played, _ = play_self(make_self_play_game(config), deterministic(mean, params["agent1"]),
+                              deterministic(mean, params["agent2"]), key, games)
+    else:
+        played = play(env, deterministic(mean, params), key, games)
     return jax.nn.sigmoid(played.action).mean(axis=1), played.reward.mean(axis=1), played.opponent_reward.mean(axis=1)
 
 
 def final_evaluation(config: MfosConfig) -> Callable[[Any, jax.Array], dict[str, Any]]:
     """centre params -> summary entries: each side's mean reward per round over `eval_games` meta-episodes
-    of the deterministic policy, and the meta-agent's cooperation probability per inner state, averaged
+    of the deterministic policy (opponent self: agent 1's and agent 2's against each other), and the meta-agent's cooperation probability per inner state, averaged
     over the games at the start and at the end of the meta-episode."""
     run = jax.jit(functools.partial(cooperation, config, games=config.eval_games))
 
@@ -195,7 +238,7 @@ def final_evaluation(config: MfosConfig) -> Callable[[Any, jax.Array], dict[str,
 
 def make_task(config: MfosConfig) -> MetaTask:
     """The meta task 'mfos': genome = the mean network's params (es; zeros, pax's zero-mean start) or the
-    PPO actor-critic's (ppo; flax's default init); fitness (es) = mean reward per round over `games`
+    PPO actor-critic's (ppo; flax's default init; opponent self: one per agent, {"agent1", "agent2"}); fitness (es) = mean reward per round over `games`
     meta-episodes, metrics meta_return and opponent_return."""
     config = config.validate()
     env = make_meta_game(config)
@@ -207,16 +250,22 @@ def make_task(config: MfosConfig) -> MetaTask:
         key = jax.random.PRNGKey(0) if key is None else key
         if config.trainer == "es":
             return jax.tree.map(jnp.zeros_like, network.init(key, obs))
-        actor_key, critic_key = jax.random.split(key)
-        return {"actor": MLP(config.hidden, 2 * action_dim).init(actor_key, obs),
-                "critic": MLP(config.hidden, 1).init(critic_key, obs)}
+        def agent(k: jax.Array) -> Any:
+            actor_key, critic_key = jax.random.split(k)
+            return {"actor": MLP(config.hidden, 2 * action_dim).init(actor_key, obs),
+                    "critic": MLP(config.hidden, 1).init(critic_key, obs)}
+
+        if config.opponent == SELF:
+            return {name: agent(k) for name, k in zip(AGENTS, jax.random.split(key))}
+        return agent(key)
 
     def fitness(genome: Any, key: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
         mine, theirs = returns_per_round(play(env, deterministic(network.apply, genome), key, config.games))
         return mine.mean(), {"meta_return": mine.mean(), "opponent_return": theirs.mean()}
 
     return MetaTask(name="mfos", init=init, fitness=fitness, env_steps=config.games * config.meta_steps,
-                    algo=f"mfos-{config.trainer}", inner_config=config, columns=COLUMNS,
+                    algo="mfos-self-play" if config.opponent == SELF else f"mfos-{config.trainer}",
+                    inner_config=config, columns=SELF_PLAY_COLUMNS if config.opponent == SELF else COLUMNS,
                     final_evaluation=final_evaluation(config))
 
 
@@ -268,6 +317,21 @@ def ppo_loss(config: MfosConfig, actor: MLP, critic: MLP, params: Any, batch: Pl
     return total, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
 
 
+def batch_loss(config: MfosConfig, actor: MLP, critic: MLP, params: Any, batch: Played) -> jax.Array:
+    """`ppo_loss` on a whole meta-episode batch, its Monte-Carlo returns normalised over the batch."""
+    returns = discounted_returns(batch.reward, config.meta_gamma)
+    returns = (returns - returns.mean()) / (returns.std() + 1e-5)
+    return ppo_loss(config, actor, critic, params, batch, returns)[0]
+
+
+class PPOState(NamedTuple):
+    params: Any  # {"actor", "critic"}; meta-self-play: {"agent1": {...}, "agent2": {...}}
+    opt_state: Any
+    generation: jax.Array  # meta-episodes done
+    best_fitness: jax.Array  # best batch-mean fitness so far
+    best_actor: Any  # the actor(s) that played that batch
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class PPOTrainer:
     """M-FOS's PPO with the methods of `sparqrl.meta.strategies.Strategy` that the meta loop uses."""
@@ -289,49 +353,101 @@ class PPOTrainer:
         dim = self.env.action_space.shape[0]
         return MLP(self.config.hidden, 2 * dim), MLP(self.config.hidden, 1)
 
+    def actors(self, params: Any) -> Any:
+        return params["actor"]
+
     def init(self, key: jax.Array, params: Any) -> PPOState:
         del key
         return PPOState(params, self.optimizer.init(params), jnp.zeros((), jnp.int32), jnp.asarray(-jnp.inf),
-                        params["actor"])
+                        self.actors(params))
 
     def center(self, state: PPOState) -> Any:
-        return state.params["actor"]
+        return self.actors(state.params)
 
     def best(self, state: PPOState) -> tuple[Any, jax.Array]:
         return state.best_actor, state.best_fitness
 
-    def generation(self, key: jax.Array, state: PPOState) -> tuple[PPOState, GenerationOutput]:
-        """One meta-episode of `games` games with the stochastic meta-policy, then one PPO update."""
-        config, (actor, critic) = self.config, self.networks()
-        play_key, _ = jax.random.split(key)
+    def sampling(self, actor_params: Any) -> Policy:
+        """The stochastic meta-policy of one actor."""
+        actor, _ = self.networks()
 
         def policy(obs: jax.Array, k: jax.Array) -> tuple[jax.Array, jax.Array]:
-            dist = gaussian(config, actor.apply(state.params["actor"], obs))
+            dist = gaussian(self.config, actor.apply(actor_params, obs))
             action = dist.sample(seed=k)
             return action, dist.log_prob(action)
 
-        played = play(self.env, policy, play_key, config.games)
-        returns = discounted_returns(played.reward, config.meta_gamma)
-        returns = (returns - returns.mean()) / (returns.std() + 1e-5)
-        grad_fn = jax.grad(lambda p: ppo_loss(config, actor, critic, p, played, returns), has_aux=True)
+        return policy
+
+    def update(self, state: PPOState, loss: Callable[[Any], jax.Array], fitness: jax.Array, aux: dict[str, jax.Array]
+               ) -> tuple[PPOState, GenerationOutput]:
+        """`epochs` full-batch Adam steps on `loss`, then the state and the loop's outputs; the actors that
+        played the batch become the best if its mean `fitness` [G] is the highest so far."""
+        grad_fn = jax.grad(loss)
 
         def epoch(carry, _):
             params, opt_state = carry
-            grads, _ = grad_fn(params)
-            updates, opt_state = self.optimizer.update(grads, opt_state, params)
+            updates, opt_state = self.optimizer.update(grad_fn(params), opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), None
 
-        (params, opt_state), _ = jax.lax.scan(epoch, (state.params, state.opt_state), None, length=config.epochs)
-        mine, theirs = returns_per_round(played)
-        mean = mine.mean()
+        (params, opt_state), _ = jax.lax.scan(epoch, (state.params, state.opt_state), None, length=self.config.epochs)
+        mean = fitness.mean()
         better = mean > state.best_fitness
-        best_actor = jax.tree.map(lambda new, old: jnp.where(better, new, old), state.params["actor"], state.best_actor)
+        best_actor = jax.tree.map(lambda new, old: jnp.where(better, new, old), self.center(state), state.best_actor)
         new = PPOState(params, opt_state, state.generation + 1, jnp.maximum(mean, state.best_fitness), best_actor)
-        metrics = TellMetrics(generation=new.generation, mean_fitness=mean, std_fitness=mine.std(),
-                              best_fitness_in_generation=mine.max(), best_fitness=new.best_fitness)
-        return new, GenerationOutput(metrics, mine, {"meta_return": mine, "opponent_return": theirs})
+        metrics = TellMetrics(generation=new.generation, mean_fitness=mean, std_fitness=fitness.std(),
+                              best_fitness_in_generation=fitness.max(), best_fitness=new.best_fitness)
+        return new, GenerationOutput(metrics, fitness, aux)
+
+    def generation(self, key: jax.Array, state: PPOState) -> tuple[PPOState, GenerationOutput]:
+        """One meta-episode of `games` games with the stochastic meta-policy, then one PPO update."""
+        actor, critic = self.networks()
+        play_key, _ = jax.random.split(key)
+        played = play(self.env, self.sampling(state.params["actor"]), play_key, self.config.games)
+        mine, theirs = returns_per_round(played)
+        return self.update(state, lambda p: batch_loss(self.config, actor, critic, p, played), mine,
+                           {"meta_return": mine, "opponent_return": theirs})
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SelfPlayTrainer(PPOTrainer):
+    """Meta-self-play (§2.6): two M-FOS PPO agents; in meta-episode e they play each other with probability
+    1 - lambda(e) (`matrix.self_play_probability`), else each its own naive learner (`env`). One Adam over
+    both agents' parameters is two independent Adams (it is elementwise, and each loss sees one agent).
+    The fitness of a game is the two agents' mean reward per round (their welfare; -1 is mutual
+    cooperation in the IPD); the columns keep agent 1's view (`meta_return`, `opponent_return`: agent 2's
+    or its naive learner's), agent 2's own reward and whether the meta-episode was self-play."""
+
+    name: str = "ppo-self-play"
+
+    def actors(self, params: Any) -> Any:
+        return {name: params[name]["actor"] for name in AGENTS}
+
+    def generation(self, key: jax.Array, state: PPOState) -> tuple[PPOState, GenerationOutput]:
+        config, (actor, critic) = self.config, self.networks()
+        choice_key, play_key = jax.random.split(key)
+        self_play = jax.random.uniform(choice_key) < matrix.self_play_probability(state.generation,
+                                                                                  config.self_play_decay)
+        policy1, policy2 = (self.sampling(state.params[name]["actor"]) for name in AGENTS)
+
+        def each_other(k: jax.Array) -> tuple[Played, Played]:
+            return play_self(make_self_play_game(config), policy1, policy2, k, config.games)
+
+        def naive_learners(k: jax.Array) -> tuple[Played, Played]:
+            key1, key2 = jax.random.split(k)
+            return play(self.env, policy1, key1, config.games), play(self.env, policy2, key2, config.games)
+
+        played = jax.lax.cond(self_play, each_other, naive_learners, play_key)
+
+        def loss(params: Any) -> jax.Array:
+            return sum(batch_loss(config, actor, critic, params[name], batch) for name, batch in zip(AGENTS, played))
+
+        (mine, theirs), (agent2, _) = (returns_per_round(batch) for batch in played)
+        aux = {"meta_return": mine, "opponent_return": theirs, "agent2_return": agent2,
+               "self_play": jnp.broadcast_to(self_play.astype(jnp.float32), mine.shape)}
+        return self.update(state, loss, (mine + agent2) / 2, aux)
 
 
 def make_trainer(task: MetaTask) -> PPOTrainer:
     config = task.inner_config
-    return PPOTrainer(config, make_meta_game(config))
+    trainer = SelfPlayTrainer if config.opponent == SELF else PPOTrainer
+    return trainer(config, make_meta_game(config))

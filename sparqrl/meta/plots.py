@@ -67,8 +67,14 @@ def _mfos_figure(plt: Any, config: Any, center: Any, csv_path: Path) -> Any:
         rows = list(csv.DictReader(f))
     if rows:
         g = _column(rows, "generation")
-        left.plot(g, _column(rows, "meta_return"), label="M-FOS")
-        left.plot(g, _column(rows, "opponent_return"), label=f"opponent ({config.opponent})")
+        if config.opponent == mfos.SELF:  # agent 2 against agent 1 or against its own naive learner
+            left.plot(g, _column(rows, "meta_return"), label="agent 1")
+            left.plot(g, _column(rows, "agent2_return"), label="agent 2")
+            if config.self_play_decay > 0 and 1 / config.self_play_decay <= g.max():
+                left.axvline(1 / config.self_play_decay, color="k", linestyle=":", label="self-play only from here")
+        else:
+            left.plot(g, _column(rows, "meta_return"), label="M-FOS")
+            left.plot(g, _column(rows, "opponent_return"), label=f"opponent ({config.opponent})")
     x = "meta-episode" if config.trainer == "ppo" else "generation"
     finish_axes(left, x, "mean reward per round", f"{config.game}: both players")
     probs, _, _ = jax.device_get(mfos.cooperation(config, center, jax.random.PRNGKey(0)))

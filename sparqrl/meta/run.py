@@ -105,7 +105,8 @@ class MetaConfig:
     """mfos: the matrix game: ipd (iterated prisoner's dilemma), imp (iterated matching pennies) or chicken."""
 
     opponent: str = "nl"
-    """mfos: the opponent's learning rule: nl (naive learner), lola, br (best response) or static."""
+    """mfos: the opponent's learning rule: nl (naive learner), lola, br (best response) or static; or self
+    (meta-self-play: two M-FOS PPO agents, --trainer ppo, Adam 2e-4 as the reference's)."""
 
     trainer: str = "es"
     """mfos: es (the meta-policy evolved by --strategy) or ppo (the reference's PPO; a generation is then one
@@ -272,8 +273,9 @@ def _prepare_mfos(config: MetaConfig) -> Prepared:
     overrides = cfg.parse_set(config.set)
     for name in TASK_OPTIONS["mfos"]:
         cfg.require(name not in overrides, "set", f"{name}={overrides.get(name)}", f"use --{name} instead")
+    lr = {"lr": mfos.SELF_PLAY_LR} if config.opponent == mfos.SELF else {}
     inner = cfg.override(mfos.MfosConfig(game=config.game, opponent=config.opponent, trainer=config.trainer,
-                                         games=games), overrides)
+                                         games=games, **lr), overrides)
     task = mfos.make_task(inner)
     if config.trainer == "ppo":
         for name in ("seeds", "popsize"):  # one learner: a generation's steps are its --games meta-episodes
