@@ -19,6 +19,10 @@ static). A meta-episode (100 meta-steps) is one whole learning run of the oppone
        uses (init, center, best; its `generation` is one meta-episode and one update), so checkpoints,
        exact resume, fitness.csv, progress and plots are the loop's own.
 
+With `opponent='self'` (meta-self-play, §2.6) two such PPO agents learn at once (`SelfPlayTrainer`): each
+meta-episode they play each other with probability 1 - lambda, lambda falling from 1 by `self_play_decay`
+per meta-episode, and otherwise each plays its own naive learner.
+
 In the reference code the M-FOS agent is the column player (player 2) and the opponent the row player.
 """
 
