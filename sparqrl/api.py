@@ -94,6 +94,7 @@ def train(algo: str, env: Any, *, steps: int, seeds: int = 1, out: str | Path | 
     eval_every, eval_episodes, energy, ...) and `algo`'s config fields (lr, num_envs, hidden, ...).
     """
     from sparqrl import runners
+    from sparqrl.envs import resolve_env_name
     from sparqrl.envs.custom import name_for
 
     cfg.one_of("algo", algo, ALGORITHMS)
@@ -101,7 +102,7 @@ def train(algo: str, env: Any, *, steps: int, seeds: int = 1, out: str | Path | 
     if "imports" in run_options:  # module names, joined: str() of a tuple of strings would keep the quotes
         imports = run_options["imports"]
         run_options["imports"] = imports if isinstance(imports, str) else ",".join(map(str, imports))
-    env = env if isinstance(env, str) else name_for(env)
+    env = resolve_env_name(env) if isinstance(env, str) else name_for(env)  # act:DIR as the CLI records it
     if out is None:
         cfg.require(not resume, "resume", resume, "needs out=, the folder of the run to continue")
         out = tempfile.mkdtemp(prefix=f"sparqrl-{algo}-")
@@ -224,14 +225,14 @@ def load(run_dir: str | Path, env: Any = None) -> Agent:
     """
     import jax
 
-    from sparqrl.envs import custom, is_host_env
+    from sparqrl.envs import custom, is_host_env, resolve_env_name
     from sparqrl.runners.rundir import open_run_dir
 
     rundir, algo_name, algo_config, run = open_run_dir(run_dir, "run_dir")
     if env is not None and custom.is_local(run.env):
         custom.bind(run.env, env)
     elif env is not None:
-        same = env == run.env if isinstance(env, str) else custom.name_for(env) == run.env
+        same = resolve_env_name(env) == run.env if isinstance(env, str) else custom.name_for(env) == run.env
         cfg.require(same, "env", env if isinstance(env, str) else repr(env),
                     f"must be the run's own environment ({run.env}), which is rebuilt by name: leave env out "
                     "(agent.evaluate(env=...) evaluates on another)")

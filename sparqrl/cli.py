@@ -21,6 +21,7 @@ import tyro
 
 from sparqrl import config as cfg, presets
 from sparqrl.algos import ALGORITHMS, get_algorithm
+from sparqrl.envs import ACT_PREFIX, resolve_env_name
 
 C = TypeVar("C")
 
@@ -31,7 +32,8 @@ commands:
                           (`sparqrl train ALGO --help` documents every option and config field)
   train ALGO --load-config FILE [options]
                           train with the config of FILE (a sweep's best.json, a meta run's
-                          best_hparams.json or a run's config.json)
+                          best_hparams.json or a run's config.json); an act meta run's folder: its
+                          victim's config, against its adversary (env act:DIR; act:DIR:silent: none)
   train --resume DIR      continue an interrupted run (or sweep) from its newest intact checkpoint (flags,
                           if given, must agree with the saved run; a finished run is left as it is)
   sweep ALGO --grid FIELD=V1,V2,... [--grid ...] [--random FIELD=log|lin:LOW:HIGH --samples N] [options]
@@ -99,7 +101,8 @@ def _parse(algo_name: str, argv: list[str], run: RunConfig, config: Any) -> tupl
     module = get_algorithm(algo_name)
     argv = _with_imports(argv)
     args = _quiet_tyro(TrainArgs[module.Config], argv, f"sparqrl train {algo_name}", TrainArgs(run=run, config=config))
-    return apply_overrides(args.run, args.config, args.steps, args.set)
+    run, config = apply_overrides(args.run, args.config, args.steps, args.set)
+    return dataclasses.replace(run, env=resolve_env_name(run.env)), config  # as the run will record it
 
 
 def _quiet_tyro(cls: Any, argv: list[str], prog: str, default: Any) -> Any:
@@ -180,26 +183,36 @@ def _algo(argv: list[str]) -> tuple[str, list[str]]:
 
 def load_config(algo_name: str, path: str) -> tuple[RunConfig, Any]:
     """The defaults `--load-config FILE` gives: the algorithm config of FILE (a sweep's best.json or a run's
-    config.json) and its environment; the command's other flags override them."""
+    config.json) and its environment; the command's other flags override them. An act meta run's config
+    gives its victim's: the inner config, env `act:DIR` (the victim env with the run's adversary)."""
     from sparqrl.runners.rundir import CONFIG, is_meta_config
 
     module = get_algorithm(algo_name)
     file = Path(path) / CONFIG if Path(path).is_dir() else Path(path)
     try:
         data = json.loads(file.read_text())
-        cfg.require(not is_meta_config(data), "--load-config", path,
-                    "is a meta run's config; an hparams meta run's best_hparams.json can be loaded")
+        if is_meta_config(data):
+            cfg.require(isinstance(data["meta"], dict) and data["meta"].get("task") == "act", "--load-config", path,
+                        "is a meta run's config; an hparams meta run's best_hparams.json or an act meta run's "
+                        "folder can be loaded")
+            data = act_victim_config(data, file.parent)
+        saved = data.get("algo", algo_name)  # before the fields: another algorithm's are not this one's
+        cfg.require(saved == algo_name, "--load-config", path, f"holds a {saved} config, not {algo_name}")
         config = cfg.from_dict(module.Config, data["config"])
     except cfg.ConfigError:
         raise
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         cfg.fail("--load-config", path, f"must be a sweep's best.json, a meta run's best_hparams.json or a run's "
                                         f"config.json ({type(error).__name__}: "
                                         f"{error})")
-    saved = data.get("algo", algo_name)
-    cfg.require(saved == algo_name, "--load-config", path, f"holds a {saved} config, not {algo_name}")
     saved_run = data.get("run", {})
     return RunConfig(env=saved_run.get("env", RunConfig.env), imports=tuple(saved_run.get("imports", ()))), config
+
+
+def act_victim_config(data: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """An act meta run's config.json content as a train run's: its victim's algorithm and config, trained
+    on `act:RUN_DIR` (`sparqrl.meta.act`)."""
+    return {"algo": data["inner"]["algo"], "config": data["inner"]["config"], "run": {"env": f"{ACT_PREFIX}{run_dir}"}}
 
 
 def _train(argv: list[str]) -> int:

@@ -1,6 +1,7 @@
 """Environments: gymnax ids run on device, `brax:NAME` runs Brax on device, `gym:ID` runs
 Gymnasium on the host; a user's own runs as `gym:MODULE:ATTR` (host) or `jax:MODULE:ATTR` (device),
-see `sparqrl.envs.custom`.
+see `sparqrl.envs.custom`. `act:DIR` (and `act:DIR:silent`) is the victim env of an ACT meta run in DIR
+with its evolved adversary held fixed (a silent one), see `sparqrl.meta.act`.
 
 `make_env(name)` returns a device `Env` wrapped with episode statistics; a host env is described by
 `host_spec(name)` and stepped by `HostVecEnv` in the actor-learner runner. An unknown name is a
@@ -20,14 +21,39 @@ from sparqrl.envs.wrappers import EpisodeStats, RunningStats, normalize, running
 
 __all__ = [
     "Box", "Discrete", "Env", "EpisodeStats", "HostSpec", "HostStep", "HostVecEnv", "RunningStats", "Space",
-    "StepOut", "action_dim", "env_names", "evaluate_host", "host_spec", "is_discrete", "is_host_env",
-    "make_env", "normalize", "running_stats_init", "running_stats_update", "validate_env_name",
+    "StepOut", "action_dim", "env_names", "evaluate_host", "host_spec", "is_act_env", "is_discrete", "is_host_env",
+    "make_env", "normalize", "resolve_env_name", "running_stats_init", "running_stats_update", "validate_env_name",
 ]
 
 BRAX_NAMES = (
     "ant", "fast", "halfcheetah", "hopper", "humanoid", "humanoidstandup", "inverted_pendulum",
     "inverted_double_pendulum", "pusher", "reacher", "swimmer", "walker2d",
 )
+
+
+ACT_PREFIX = "act:"
+"""Names of ACT victim envs start with this: `act:DIR[:silent]` (`sparqrl.meta.act`, read when one is named)."""
+
+
+def is_act_env(name: Any) -> bool:
+    """Whether `name` is an `act:DIR[:silent]` env (a fixed ACT adversary; no import)."""
+    return isinstance(name, str) and name.startswith(ACT_PREFIX)
+
+
+def _act() -> Any:
+    """`sparqrl.meta.act`, imported for an `act:` name only (the meta package needs evosax)."""
+    from sparqrl.extras import need_installed
+
+    need_installed("evosax", "an act:DIR environment (an ACT meta run's adversary)")
+    from sparqrl.meta import act
+
+    return act
+
+
+def resolve_env_name(name: str) -> str:
+    """The name a run records for env `name`: an `act:DIR[:silent]` one resolved to its absolute folder and
+    the hash of what it builds (`sparqrl.meta.act.resolve_env_name`), checked; any other name as it is."""
+    return _act().resolve_env_name(name) if is_act_env(name) else name
 
 
 _HOST_NAMES = ("HostSpec", "HostStep", "HostVecEnv", "evaluate_host", "gym_names", "host_spec")
@@ -59,6 +85,9 @@ def validate_env_name(name: str) -> None:
     `make_env` / `host_spec`."""
     if not isinstance(name, str):
         raise ConfigError(f"env={name!r} must be an environment name (a string)")
+    if is_act_env(name):
+        _act().open_env_name(name)  # the folder, its adversary and a recorded hash
+        return
     from sparqrl.envs import custom
 
     if custom.is_custom(name):
@@ -77,6 +106,8 @@ def validate_env_name(name: str) -> None:
 
 def make_env(name: str) -> Env:
     """Build the device environment `name` with episode statistics."""
+    if is_act_env(name):
+        return _act().env_from_name(name)  # (its checks are validate_env_name's)
     validate_env_name(name)
     if is_host_env(name):
         raise ConfigError(

@@ -14,12 +14,23 @@ default) or over its last 10 % of updates ('final', the reference's --end-only).
 is ACT's: the 200-step CartPole (`act_cartpole`), 4 envs x 256 steps x 32 updates, 16 full-batch epochs,
 lr 5e-3, 32-32 tanh (§3.2); elsewhere PPO's defaults. The genome starts at zero (the reference's OpenES
 mean, so the first message is tanh(0) = 0).
+
+At test time a fresh victim trains against a run's evolved adversary, held fixed, with the normal training
+runner: the environment `act:DIR` (DIR an act meta run's folder) is the meta task's victim env with the
+adversary of DIR/best_meta_params.npz, `act:DIR:silent` the same env with a silent one (message 0), and
+`sparqrl train ppo --load-config DIR` trains ACT's victim config on `act:DIR`. A run records the name
+resolved (`resolve_env_name`: 'act:/abs/DIR#sha256=HEX'), so resume, eval and stored compiled programs
+rebuild exactly that adversary, or fail in one line if the folder changed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from typing import Any, Callable
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,9 +38,13 @@ import numpy as np
 
 from sparqrl import config as cfg
 from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM, make_train_fn
-from sparqrl.envs import cheap_talk
+from sparqrl.algos.ppo import objectives
+from sparqrl.envs import ACT_PREFIX, cheap_talk
 from sparqrl.envs.wrappers import EpisodeStats
 from sparqrl.meta.tasks import FITNESS, MetaTask, final_return, lifetime_return
+
+if TYPE_CHECKING:
+    from sparqrl.meta.run import MetaConfig
 
 MODES = ("anti", "pro", "goal")
 SCALE = 2 * math.pi
@@ -65,6 +80,12 @@ def base_env(env_name: str, mode: str) -> Any:
     return make_env(env_name).env  # without its EpisodeStats: the cheap talk goes inside them
 
 
+def victim_env(env: Any, params: Any, n_dims: int, adversary: str) -> EpisodeStats:
+    """What a victim trains on: `env` (`base_env`) with the message of the `adversary` kind's `params`
+    (scale `SCALE`), episode statistics outside."""
+    return EpisodeStats(cheap_talk.CheapTalk(env, params, n_dims=n_dims, scale=SCALE, kind=adversary))
+
+
 def make_task(env_name: str, mode: str, adversary: str, n_dims: int, victim: Any, fitness: str) -> MetaTask:
     """The meta task 'act': genome = the adversary's parameters (zeros), fitness by `mode` (module doc)."""
     from sparqrl.algos import ppo
@@ -75,7 +96,7 @@ def make_task(env_name: str, mode: str, adversary: str, n_dims: int, victim: Any
     zero = cheap_talk.zero_adversary(cheap_talk.adversary_obs_dim(env), n_dims, adversary)
 
     def wrapped(params: Any) -> Any:
-        return EpisodeStats(cheap_talk.CheapTalk(env, params, n_dims=n_dims, scale=SCALE, kind=adversary))
+        return victim_env(env, params, n_dims, adversary)
 
     victim = victim.validate(wrapped(zero))
     ppo.make_algorithm(victim, wrapped(zero))  # host checks of the victim, before anything is traced
@@ -132,3 +153,129 @@ def final_evaluation(train: Callable[[Any, jax.Array], dict[str, jax.Array]], ze
 
     return evaluate
 
+
+# --------------------------------------------------------------------------------------------------
+# Test time: a fresh victim against a run's adversary, held fixed (`act:DIR` environments)
+# --------------------------------------------------------------------------------------------------
+
+SILENT = "silent"
+"""Suffix of `act:DIR:silent`: the run's victim env with a silent adversary (zero parameters: message 0)."""
+_DIGEST = "#sha256="
+"""What separates a resolved name from the hash of what it builds (as in a learned rule's 'lpo:FILE#sha256=')."""
+_NAMES = f"must be {ACT_PREFIX}DIR or {ACT_PREFIX}DIR:{SILENT}, DIR the folder of a `sparqrl meta act` run"
+
+
+class FixedAdversary(NamedTuple):
+    """What an `act:DIR[:silent]` env is built from: the act meta run's settings and its adversary."""
+
+    meta: MetaConfig  # the run's settings: env, mode, adversary (the kind) and n_dims are read
+    env: Any  # the victim's env before the cheap talk (`base_env` of the run's env and mode)
+    params: Any  # the adversary's parameters: the run's best_meta_params.npz (the strategy's centre), or zeros
+
+    @property
+    def digest(self) -> str:
+        """A hash of everything the env depends on (the settings and the parameters' content): 16 hex digits."""
+        setting = f"{self.meta.env} {self.meta.mode} {self.meta.adversary} {self.meta.n_dims} "
+        return hashlib.sha256((setting + objectives.params_digest(self.params)).encode()).hexdigest()[:16]
+
+    def victim_env(self) -> EpisodeStats:
+        """The env the meta task's victims train on, with this adversary (`victim_env`)."""
+        return victim_env(self.env, self.params, self.meta.n_dims, self.meta.adversary)
+
+
+def parse_env_name(name: str) -> tuple[str, bool, str | None]:
+    """'act:DIR[:silent][#sha256=HEX]' -> (DIR, silent, HEX or None). A last ':' part is a suffix unless
+    the whole of it names a folder; a suffix other than ':silent', or no DIR, is a one-line ConfigError."""
+    rest, sep, digest = name.removeprefix(ACT_PREFIX).rpartition(_DIGEST)
+    if not sep:
+        rest, digest = digest, None
+    folder, colon, suffix = rest.rpartition(":")
+    if not colon or os.path.isdir(os.path.expanduser(rest)):
+        folder, suffix = rest, ""
+    cfg.require(suffix in ("", SILENT), "env", name, f"{_NAMES} (no other suffix than :{SILENT})")
+    cfg.require(bool(folder), "env", name, _NAMES)
+    return folder, suffix == SILENT, digest
+
+
+def _what_is_there(data: Any) -> str:
+    """What a folder's config.json says the folder holds, for an error."""
+    from sparqrl.runners.rundir import is_meta_config
+
+    if is_meta_config(data) and isinstance(data["meta"], dict):
+        return f"a `sparqrl meta {data['meta'].get('task')}` run's folder"
+    if isinstance(data, dict) and "algo" in data:
+        return f"a {data['algo']} train or sweep run's folder"
+    return "not a sparqrl run's folder"
+
+
+def read_meta_config(run_dir: str, name: str) -> MetaConfig:
+    """The MetaConfig of the act meta run in `run_dir`; a one-line ConfigError naming env=`name` when the
+    folder is missing, is no act meta run, or holds a damaged config.json."""
+    from sparqrl.meta.run import MetaConfig
+    from sparqrl.runners.rundir import CONFIG, is_meta_config
+
+    folder = Path(run_dir).expanduser()
+    cfg.require(folder.is_dir(), "env", name, f"{_NAMES} (no such folder: {run_dir})")
+    cfg.require((folder / CONFIG).is_file(), "env", name, f"{_NAMES} ({run_dir} has no {CONFIG}: not a sparqrl run)")
+    try:
+        data = json.loads((folder / CONFIG).read_text())
+    except (OSError, ValueError) as error:
+        cfg.fail("env", name, f"{_NAMES} ({run_dir} holds a damaged {CONFIG}: {type(error).__name__}: {error})")
+    meta = data["meta"] if is_meta_config(data) else None
+    is_act = isinstance(meta, dict) and meta.get("task") == "act"
+    cfg.require(is_act, "env", name, f"{_NAMES} ({run_dir} is {_what_is_there(data)})")
+    try:
+        return cfg.from_dict(MetaConfig, meta)
+    except (KeyError, TypeError, ValueError) as error:
+        cfg.fail("env", name, f"{_NAMES} ({run_dir} holds a damaged {CONFIG}: {type(error).__name__}: {error})")
+
+
+def read_fixed_adversary(run_dir: str, silent: bool = False, name: str | None = None) -> FixedAdversary:
+    """The act meta run in `run_dir` and its adversary (`silent`: zero parameters instead, the file not
+    read). One-line ConfigErrors naming env=`name` (default 'act:RUN_DIR') for a folder that is no act meta
+    run or a best_meta_params.npz that is missing, unreadable or of other shapes."""
+    name = f"{ACT_PREFIX}{run_dir}" if name is None else name
+    meta = read_meta_config(run_dir, name)
+    env = base_env(meta.env, meta.mode)
+    zero = cheap_talk.zero_adversary(cheap_talk.adversary_obs_dim(env), meta.n_dims, meta.adversary)
+    if silent:
+        return FixedAdversary(meta, env, zero)
+    try:
+        params = objectives.load_meta_params(Path(run_dir).expanduser(), zero)
+    except cfg.ConfigError as error:
+        raise cfg.ConfigError(f"env={name!r}: {error} (the adversary an act meta run saves after each generation)"
+                              ) from None
+    return FixedAdversary(meta, env, params)
+
+
+def fixed_adversary_env(run_dir: str, silent: bool = False) -> EpisodeStats:
+    """The env the act meta run in `run_dir` trains its victims on, with its evolved adversary held fixed
+    (`silent`: message 0): EpisodeStats(CheapTalk(base env, adversary, n_dims, SCALE, kind)), as the meta
+    task's. One-line ConfigErrors as `read_fixed_adversary`'s."""
+    return read_fixed_adversary(run_dir, silent).victim_env()
+
+
+def open_env_name(name: str) -> FixedAdversary:
+    """What the env name 'act:DIR[:silent][#sha256=HEX]' builds; a recorded hash must still be that of the
+    folder's settings and adversary (one-line ConfigError when the folder changed since)."""
+    run_dir, silent, digest = parse_env_name(name)
+    adversary = read_fixed_adversary(run_dir, silent, name)
+    cfg.require(digest is None or digest == adversary.digest, "env", name,
+                f"the act run's adversary or settings changed since this name was recorded (they now hash to "
+                f"{adversary.digest}): start a new run to train against them")
+    return adversary
+
+
+def env_from_name(name: str) -> EpisodeStats:
+    """The device env an 'act:...' name builds (`sparqrl.envs.make_env`)."""
+    return open_env_name(name).victim_env()
+
+
+def resolve_env_name(name: str) -> str:
+    """'act:DIR[:silent]' as a run records it: 'act:/abs/DIR[:silent]#sha256=HEX', HEX the hash of what
+    it builds, so a resume from another folder, an eval and the stored compiled programs (keyed by the
+    env's name) rebuild exactly this adversary. Checks the folder (one-line ConfigErrors)."""
+    run_dir, silent, _ = parse_env_name(name)
+    digest = open_env_name(name).digest
+    suffix = f":{SILENT}" if silent else ""
+    return f"{ACT_PREFIX}{os.path.abspath(os.path.expanduser(run_dir))}{suffix}{_DIGEST}{digest}"

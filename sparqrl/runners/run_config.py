@@ -22,7 +22,8 @@ class RunConfig:
     """Environment: a gymnax id (e.g. CartPole-v1, Breakout-MinAtar) or brax:NAME (e.g. brax:ant), both on
     device; or gym:NAME (e.g. gym:HalfCheetah-v5), a Gymnasium environment stepped on the host (every algorithm).
     Your own: gym:MODULE:CLASS (a gymnasium.Env subclass or zero-argument factory, on the host) or
-    jax:MODULE:ATTR (an env with sparqrl's Env protocol or a gymnax Environment, on the device)."""
+    jax:MODULE:ATTR (an env with sparqrl's Env protocol or a gymnax Environment, on the device). act:DIR
+    (act:DIR:silent): the victim env of the ACT meta run in DIR, its adversary held fixed (silent)."""
     imports: tuple[str, ...] = ()
     """Modules imported before the environment is resolved, e.g. one that registers the Gymnasium id that
     env names (on the command line: --import MODULE, repeatable). Recorded, so eval and resume import them
