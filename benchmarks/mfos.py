@@ -1,6 +1,6 @@
 """M-FOS against a naive learner, and meta-self-play, in the IPD (issue 15, item 5), through `sparqrl meta mfos`.
 
-    .venv/bin/python benchmarks/mfos.py [--ppo-games 1024] [--ppo-episodes 256] [--es-generations 96]
+    .venv/bin/python benchmarks/mfos.py [--ppo-games 256] [--ppo-episodes 1024] [--es-generations 96]
                                         [--self-play-games 256 --self-play-episodes 400 ...] [--json OUT]
     .venv/bin/python benchmarks/mfos.py --ppo-games 4096 --ppo-episodes 1024 --self-play-games 4096 \
         --self-play-episodes 1024 --self-play-decay 0.0015 --self-play-lr 2e-4    # the reference's budget (GPU)
@@ -79,8 +79,8 @@ def meta_run(out: Path, **fields) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--ppo-games", type=int, default=1024)
-    parser.add_argument("--ppo-episodes", type=int, default=256)
+    parser.add_argument("--ppo-games", type=int, default=256)
+    parser.add_argument("--ppo-episodes", type=int, default=1024)
     parser.add_argument("--es-popsize", type=int, default=64)
     parser.add_argument("--es-generations", type=int, default=96)
     parser.add_argument("--self-play-games", type=int, default=256)
