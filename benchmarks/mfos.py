@@ -1,7 +1,7 @@
 """M-FOS against a naive learner, and meta-self-play, in the IPD (issue 15, item 5), through `sparqrl meta mfos`.
 
     .venv/bin/python benchmarks/mfos.py [--ppo-games 256] [--ppo-episodes 1024] [--es-generations 96]
-                                        [--self-play-games 256 --self-play-episodes 400 ...] [--json OUT]
+                                        [--self-play-games 256 --self-play-episodes 800 ...] [--json OUT]
     .venv/bin/python benchmarks/mfos.py --ppo-games 4096 --ppo-episodes 1024 --self-play-games 4096 \
         --self-play-episodes 1024 --self-play-decay 0.0015 --self-play-lr 2e-4    # the reference's budget (GPU)
 
@@ -84,9 +84,9 @@ def main() -> None:
     parser.add_argument("--es-popsize", type=int, default=64)
     parser.add_argument("--es-generations", type=int, default=96)
     parser.add_argument("--self-play-games", type=int, default=256)
-    parser.add_argument("--self-play-episodes", type=int, default=400)
-    parser.add_argument("--self-play-decay", type=float, default=0.005)
-    parser.add_argument("--self-play-lr", type=float, default=2e-3)
+    parser.add_argument("--self-play-episodes", type=int, default=800)
+    parser.add_argument("--self-play-decay", type=float, default=0.0025)
+    parser.add_argument("--self-play-lr", type=float, default=5e-4)
     parser.add_argument("--skip-ppo", action="store_true")
     parser.add_argument("--skip-es", action="store_true")
     parser.add_argument("--skip-self-play", action="store_true")
