@@ -20,7 +20,8 @@ tasks:
   lpo         PPO's drift function (the LPO network started at PPO-clip); fitness: final return
   hparams     the traced hyperparameters of --algo (ppo, dqn, td3, sac); fitness: final return
   mfos        M-FOS: a meta-policy that shapes a learning opponent in a matrix game (--game, --opponent),
-              trained by evolution (--trainer es) or PPO (--trainer ppo); fitness: its mean reward per round
+              trained by evolution (--trainer es) or PPO (--trainer ppo); fitness: its mean reward per round;
+              --opponent self: meta-self-play, two PPO agents (fitness: their mean reward per round)
   act         adversarial cheap talk: an adversary appends a bounded message to PPO victims' observations
               (--mode anti|pro|goal); victims trained from scratch in each fitness; CartPole-v1 is ACT's
               200-step CartPole; fitness: -/+ the victims' return, or their goal reward
