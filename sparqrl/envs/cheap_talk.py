@@ -37,12 +37,13 @@ import numbers
 from typing import Any, Callable, NamedTuple
 
 import flax.linen as nn
-import gymnax
 import jax
 import jax.numpy as jnp
 
 from sparqrl.config import fail, one_of, require
-from sparqrl.envs.core import Env, Space, StepOut, action_dim, is_discrete
+from sparqrl.envs.core import Env, Space, StepOut, action_dim, import_gymnax, is_discrete
+
+gymnax = import_gymnax()
 from sparqrl.envs.gymnax_env import wrap_gymnax
 from sparqrl.nets.modules import sequential_under_vmap
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import gymnax
 import jax
 import jax.numpy as jnp
-from gymnax.environments import spaces
 
 from sparqrl.config import fail
-from sparqrl.envs.core import Box, Discrete, Space, StepOut
+from sparqrl.envs.core import Box, Discrete, Space, StepOut, import_gymnax
+
+gymnax = import_gymnax()
+from gymnax.environments import spaces  # noqa: E402 (after gymnax's import without its render-only ones)
 
 
 def _space(space: Any, name: str = "") -> Space:

@@ -61,6 +61,7 @@ class Driver(Protocol):
     members: int  # trainings in the program: run.seeds, or a sweep's settings x seeds
     member_names: list[str]  # per member, for messages: "seed 2", or a sweep's "lr=0.01 seed 2"
     compile_time_s: float  # this session's compilation so far
+    compile_overlap_s: float  # the part of it that ran beside training (so not kept out of env_steps_per_s)
     startup_s: float  # this session's other set-up kept out of env_steps_per_s (starting actors)
 
     def abstract_state(self) -> Any: ...  # the restore target: shapes, dtypes, shardings (nothing compiled)
@@ -363,7 +364,7 @@ class _Session:
         wall = self.elapsed()
         energy = self.meter.stop()
         final = eval_returns.mean(axis=1)
-        excluded = self.compile_time() + self.driver.startup_s
+        excluded = self.compile_time() - self.driver.compile_overlap_s + self.driver.startup_s
         summary = {
             "algo": self.algo_name,
             "env": self.run.env,
