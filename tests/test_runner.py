@@ -17,7 +17,7 @@ from sparqrl.runners.anakin import chunk_bounds, load_state
 
 SUMMARY_KEYS = {
     "algo", "env", "steps", "seeds", "final_return_mean", "final_return_std", "wall_time_s",
-    "env_steps_per_s", "compile_time_s", "device",
+    "env_steps_per_s", "steady_env_steps_per_s", "compile_time_s", "device",
 }
 
 SMALL = {
@@ -50,6 +50,7 @@ def test_run_leaves_everything_behind(tmp_path):
     saved = json.loads((out / "summary.json").read_text())
     assert SUMMARY_KEYS <= set(saved) and saved == json.loads(json.dumps(summary))
     assert saved["steps"] == 6 * 512 and saved["seeds"] == 2
+    assert saved["steady_env_steps_per_s"] > 0  # (6 chunks: chunks 2-6 over the time they took)
     lines = (out / "metrics.csv").read_text().strip().splitlines()
     assert len(lines) == 1 + 6 * 2  # header + one row per chunk per seed
     assert "episode_return" in lines[0] and "eval_return" in lines[0]
@@ -170,8 +171,9 @@ def test_ctrl_c_leaves_a_resumable_run(tmp_path):
 def test_one_chunk_and_many_give_identical_parameters(tmp_path):
     """Chunks only decide where the host loop looks in: the trained parameters do not change."""
     config = ppo.Config(total_timesteps=8 * 512)
-    train("ppo", config, small_run(tmp_path / "one", chunks=1, eval_every=0))
-    train("ppo", config, small_run(tmp_path / "many", chunks=8, eval_every=0))
+    one = train("ppo", config, small_run(tmp_path / "one", chunks=1, eval_every=0))
+    many = train("ppo", config, small_run(tmp_path / "many", chunks=8, eval_every=0))
+    assert one["steady_env_steps_per_s"] is None and many["steady_env_steps_per_s"] > 0  # (no steady state in 1 chunk)
     for a, b in zip(jax.tree.leaves(load_state(tmp_path / "one")[-1]), jax.tree.leaves(load_state(tmp_path / "many")[-1]),
                     strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

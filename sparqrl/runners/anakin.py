@@ -13,7 +13,6 @@ GSPMD, the sharded while-loop deadlocked on forced host devices).
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import math
 import time
@@ -170,11 +169,8 @@ class AnakinDriver:
         self.bounds = chunk_bounds(self.algo.num_updates, run.chunks)
         self.env_steps_per_update = self.algo.env_steps_per_update
         self.compile_time_s = 0.0
-        self.compile_overlap_s = 0.0
         self.startup_s = 0.0
         self.programs_loaded = 0  # of the 3 programs, how many came traced from the cache (`programs`)
-        self._evaluate: Program | None = None
-        self._background = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sparqrl-compile")
         self.members = len(next(iter(hparams.values()))) if hparams else run.seeds
         self.member_names = member_names(settings, run.seeds)
         self.sharding = seed_sharding(self.members)
@@ -193,9 +189,11 @@ class AnakinDriver:
         """Compile every program the run needs ahead of time, so compile time is measured apart. A later
         run of the same configuration loads them traced (`programs`) and compiled (XLA's cache).
 
-        The init and chunk programs are built here; the evaluation program, needed first after
-        `eval_every` chunks, is built on a thread beside the first chunks (on a 2-core CPU, 0.8-1.7 s of
-        PPO CartPole's cold start; `evaluation_program` counts it)."""
+        The init program runs once, so on the CPU it is compiled at XLA's lowest optimisation
+        (`run_once_options`). Not the evaluation program: it ran 2.4-3x slower so (PPO on CartPole and
+        Breakout-MinAtar), which a run with many or long evaluations would pay more than the 0.7-1 s of
+        compilation saved. Building it on a thread beside the first chunks was tried: the chunks ran up
+        to 40 % slower beside it on 2 cores."""
         start = time.perf_counter()
         env, run, sharding = self.env, self.run, self.sharding
         seeds, replicated = PartitionSpec("seeds"), PartitionSpec()
@@ -205,32 +203,15 @@ class AnakinDriver:
             return build_program(name, per_device(fn, sharding, in_specs, out_specs), args, describe=self.describe,
                                  store=store, compiler_options=options)
 
-        def build_evaluate() -> tuple[Program, float]:
-            began = time.perf_counter()
-            program = build("evaluate", eval_program(self.algo_at, env, run.eval_episodes), (seeds, seeds, seeds),
-                            seeds, abstract, self.hparams, self.eval_keys)
-            return program, time.perf_counter() - began
-
         self._init = build("init", init_program(self.algo_at), (seeds, seeds), seeds, self.keys, self.hparams,
                            options=run_once_options())
         abstract = self._init.out_info
         self._chunk = build("chunk", chunk_program(self.algo_at), (seeds, seeds, replicated), (seeds, seeds),
                             abstract, self.hparams, jax.device_put(jnp.int32(1), self.replicated))
-        self.programs_loaded = self._init.loaded + self._chunk.loaded
+        self._evaluate = build("evaluate", eval_program(self.algo_at, env, run.eval_episodes), (seeds, seeds, seeds),
+                               seeds, abstract, self.hparams, self.eval_keys)
+        self.programs_loaded = sum(p.loaded for p in (self._init, self._chunk, self._evaluate))
         self.compile_time_s += time.perf_counter() - start
-        self._evaluate_job = self._background.submit(build_evaluate)
-
-    def evaluation_program(self) -> Program:
-        """The evaluation program, once its thread has built it. Its whole build counts in compile_time_s;
-        the part that overlapped training (not waited for here) in compile_overlap_s."""
-        if self._evaluate is None:
-            waited = time.perf_counter()
-            self._evaluate, took = self._evaluate_job.result()
-            waited = time.perf_counter() - waited
-            self.compile_time_s += took
-            self.compile_overlap_s += max(took - waited, 0.0)
-            self.programs_loaded += self._evaluate.loaded
-        return self._evaluate
 
     def init_state(self) -> Any:
         return self._init(self.keys, self.hparams)
@@ -252,7 +233,7 @@ class AnakinDriver:
         return state, {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
 
     def evaluate(self, state: Any) -> np.ndarray:
-        return np.asarray(self.evaluation_program()(state, self.hparams, self.eval_keys))
+        return np.asarray(self._evaluate(state, self.hparams, self.eval_keys))
 
     def interrupted_state(self) -> None:
         return None  # only whole chunks: the session saves the last logged one
@@ -276,7 +257,6 @@ class AnakinDriver:
 
     def close(self) -> None:
         self._inflight = None
-        self._background.shutdown(wait=False, cancel_futures=True)
 
 
 def prepare(algo_name: str, algo_config: Any, run: RunConfig) -> tuple[Any, Any, Env]:

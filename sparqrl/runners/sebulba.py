@@ -164,7 +164,6 @@ class SebulbaDriver:
         self.members = run.seeds
         self.member_names = [f"seed {i}" for i in range(run.seeds)]
         self.compile_time_s = 0.0
-        self.compile_overlap_s = 0.0  # (everything compiles before acting starts)
         self.timers = dict.fromkeys(TIMERS, 0.0)
         self.prior = {"versions": 0, "restarts": 0, "dropped": 0}
         self.counts = {"versions": 0, "lag_sum": 0.0, "fragments": 0, "order_violations": 0, "nbytes": 0, "dropped": 0}

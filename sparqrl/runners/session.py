@@ -61,7 +61,6 @@ class Driver(Protocol):
     members: int  # trainings in the program: run.seeds, or a sweep's settings x seeds
     member_names: list[str]  # per member, for messages: "seed 2", or a sweep's "lr=0.01 seed 2"
     compile_time_s: float  # this session's compilation so far
-    compile_overlap_s: float  # the part of it that ran beside training (so not kept out of env_steps_per_s)
     startup_s: float  # this session's other set-up kept out of env_steps_per_s (starting actors)
 
     def abstract_state(self) -> Any: ...  # the restore target: shapes, dtypes, shardings (nothing compiled)
@@ -224,6 +223,7 @@ class _Session:
         self.saved_updates: int | None = None  # of the newest checkpoint (this session's or restored)
         self.prior = {"wall_time_s": 0.0, "compile_time_s": 0.0}
         self.wall_start = time.perf_counter()
+        self.steady = SteadyRate()
         self.last_save = self.wall_start  # periodic checkpoints: at least run.checkpoint_interval_s apart
 
     @property
@@ -316,6 +316,7 @@ class _Session:
             for chunk in range(done_chunks, len(bounds)):
                 stop.check()
                 state, per_seed = driver.run_chunk(chunk)
+                self.steady.chunk_done(bounds[chunk] * driver.env_steps_per_update * driver.members)
                 is_last = chunk == len(bounds) - 1
                 if is_last or (run.eval_every and (chunk + 1) % run.eval_every == 0):
                     eval_returns = driver.evaluate(state)
@@ -364,7 +365,7 @@ class _Session:
         wall = self.elapsed()
         energy = self.meter.stop()
         final = eval_returns.mean(axis=1)
-        excluded = self.compile_time() - self.driver.compile_overlap_s + self.driver.startup_s
+        excluded = self.compile_time() + self.driver.startup_s
         summary = {
             "algo": self.algo_name,
             "env": self.run.env,
@@ -376,6 +377,7 @@ class _Session:
             "eval_episodes": self.run.eval_episodes,
             "wall_time_s": wall,
             "env_steps_per_s": steps_per_seed * self.driver.members / max(wall - excluded, 1e-9),
+            "steady_env_steps_per_s": self.steady.rate(),
             "compile_time_s": self.compile_time(),
             "device": device_name(),
             **self.driver.summary(),
@@ -396,6 +398,29 @@ class _Session:
                     closer.close()
                 except Exception:  # noqa: BLE001 - closing after a failed write must not hide the failure
                     pass
+
+
+class SteadyRate:
+    """Env steps per second of all members between the end of a session's first chunk and the end of its
+    last: the host's work between chunks (logging, evaluations, periodic checkpoints) is in it; compilation,
+    init, the first chunk, the final evaluation and the final checkpoint are not."""
+
+    def __init__(self) -> None:
+        self.first: tuple[int, float] | None = None  # (env steps, time) at the end of the first chunk
+        self.last: tuple[int, float] | None = None
+
+    def chunk_done(self, env_steps: int) -> None:
+        mark = (env_steps, time.perf_counter())
+        if self.first is None:
+            self.first = mark
+        else:
+            self.last = mark
+
+    def rate(self) -> float | None:
+        """None with fewer than two chunks in the session."""
+        if self.first is None or self.last is None:
+            return None
+        return (self.last[0] - self.first[0]) / max(self.last[1] - self.first[1], 1e-9)
 
 
 def _fmt_return(per_seed: dict[str, np.ndarray]) -> str:
