@@ -89,7 +89,11 @@ def sparqrl_worker(args: argparse.Namespace) -> dict:
     algo = module.make_algorithm(config, env)
     steps = algo.num_updates * algo.env_steps_per_update
     n = args.seeds_many
-    result = {"algo": args.worker_algo, "steps": steps, "config": dataclasses.asdict(config),
+    peer_config = dataclasses.asdict(config)
+    if args.worker_algo == "dqn":  # (None: derived from the budget; the peer gets the resolved values)
+        peer_config["learning_starts"] = config.learning_start_step
+        peer_config["epsilon_anneal_time"] = config.epsilon_steps
+    result = {"algo": args.worker_algo, "steps": steps, "config": peer_config,
               "device": f"{jax.devices()[0].device_kind} x{jax.device_count()} ({jax.default_backend()})"}
 
     train_fn = make_train_fn(algo)

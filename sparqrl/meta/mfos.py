@@ -278,14 +278,6 @@ def make_task(config: MfosConfig) -> MetaTask:
 # --------------------------------------------------------------------------------------------------
 
 
-class PPOState(NamedTuple):
-    params: Any  # {"actor", "critic"}
-    opt_state: Any
-    generation: jax.Array  # meta-episodes done
-    best_fitness: jax.Array  # best batch-mean reward per round so far
-    best_actor: Any
-
-
 def gaussian(config: MfosConfig, out: jax.Array) -> distrax.Distribution:
     """The meta-policy's diagonal Gaussian from the actor's [.., 2A] output."""
     mean, raw = jnp.split(out, 2, axis=-1)
