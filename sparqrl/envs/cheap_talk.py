@@ -42,10 +42,10 @@ import jax.numpy as jnp
 
 from sparqrl.config import fail, one_of, require
 from sparqrl.envs.core import Env, Space, StepOut, action_dim, import_gymnax, is_discrete
-
-gymnax = import_gymnax()
 from sparqrl.envs.gymnax_env import wrap_gymnax
 from sparqrl.nets.modules import sequential_under_vmap
+
+gymnax = import_gymnax()
 
 KINDS = ("mlp", "lstm")
 MLP_HIDDEN = (64, 64)
