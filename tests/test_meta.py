@@ -250,17 +250,26 @@ def test_train_with_wrong_shaped_meta_params_is_one_line_exit_2(capsys, tmp_path
 
 def test_learned_value_loss_at_init_learns_cartpole(tmp_path, cartpole):
     """PPO with value_loss learned:FILE at the L2 start (PureJaxRL's CartPole config, 500k steps, 2 seeds
-    vmapped) reaches a deterministic return of 400 on average."""
-    objectives.save_meta_params(tmp_path, objectives.value_loss_init())
-    config = ppo.Config(value_loss=f"learned:{tmp_path}").validate(cartpole)
-    algo = ppo.make_algorithm(config, cartpole)
+    vmapped) trains exactly as PPO with the L2 value loss on the same keys, and learns.
 
-    def run(key):
-        train_key, eval_key = jax.random.split(key)
-        state, _ = base.make_train_fn(algo)(train_key)
-        return base.evaluate(cartpole, algo.act, algo.policy(state), eval_key, 10)
+    The threshold was 400 until 2026-11-26: on that day's CI machine (AVX-512) L2 PPO itself scored 193.7 and
+    354.8 on these keys, bit for bit what the learned loss scored, so 400 tested the machine's float path,
+    not the learned loss. A random policy scores ~22."""
+    objectives.save_meta_params(tmp_path, objectives.value_loss_init())
+
+    def returns_of(value_loss):
+        config = ppo.Config(value_loss=value_loss).validate(cartpole)
+        algo = ppo.make_algorithm(config, cartpole)
+
+        def run(key):
+            train_key, eval_key = jax.random.split(key)
+            state, _ = base.make_train_fn(algo)(train_key)
+            return base.evaluate(cartpole, algo.act, algo.policy(state), eval_key, 10)
+
+        return np.asarray(jax.jit(jax.vmap(run))(jax.random.split(jax.random.PRNGKey(0), 2)))
 
     start = time.perf_counter()
-    returns = np.asarray(jax.jit(jax.vmap(run))(jax.random.split(jax.random.PRNGKey(0), 2)))
+    returns = returns_of(f"learned:{tmp_path}")
     print(f"\nlearned value loss at init: per-seed returns {returns.mean(axis=1)}, {time.perf_counter() - start:.0f} s")
-    assert returns.mean() >= 400.0
+    np.testing.assert_array_equal(returns, returns_of("l2"))
+    assert returns.mean() >= 200.0
