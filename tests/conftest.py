@@ -35,3 +35,27 @@ def fitness_rows(out):
 
     with (out / "fitness.csv").open(newline="") as f:
         return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in csv.DictReader(f)]
+
+
+def train_and_evaluate(config, env, seed, num_seeds, episodes=10):
+    """PPO's whole run (`make_train_fn`) for `num_seeds` keys split from PRNGKey(seed), vmapped, then each seed's
+    deterministic returns [num_seeds, episodes]."""
+    import time
+
+    import jax
+    import numpy as np
+
+    from sparqrl.algos import base, ppo
+
+    algo = ppo.make_algorithm(config, env)
+
+    def run(key):
+        train_key, eval_key = jax.random.split(key)
+        state, _ = base.make_train_fn(algo)(train_key)
+        return base.evaluate(env, algo.act, algo.policy(state), eval_key, episodes)
+
+    start = time.perf_counter()
+    returns = jax.jit(jax.vmap(run))(jax.random.split(jax.random.PRNGKey(seed), num_seeds))
+    returns = np.asarray(jax.block_until_ready(returns))
+    print(f"\n{env.name}: per-seed mean returns {returns.mean(axis=1)}, {time.perf_counter() - start:.0f} s")
+    return returns

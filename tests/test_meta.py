@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import fitness_rows, run_cli
+from conftest import fitness_rows, run_cli, train_and_evaluate
 
 from sparqrl import cli
 from sparqrl import config as cfg
@@ -258,18 +258,8 @@ def test_learned_value_loss_at_init_learns_cartpole(tmp_path, cartpole):
     objectives.save_meta_params(tmp_path, objectives.value_loss_init())
 
     def returns_of(value_loss):
-        config = ppo.Config(value_loss=value_loss).validate(cartpole)
-        algo = ppo.make_algorithm(config, cartpole)
+        return train_and_evaluate(ppo.Config(value_loss=value_loss).validate(cartpole), cartpole, seed=0, num_seeds=2)
 
-        def run(key):
-            train_key, eval_key = jax.random.split(key)
-            state, _ = base.make_train_fn(algo)(train_key)
-            return base.evaluate(cartpole, algo.act, algo.policy(state), eval_key, 10)
-
-        return np.asarray(jax.jit(jax.vmap(run))(jax.random.split(jax.random.PRNGKey(0), 2)))
-
-    start = time.perf_counter()
     returns = returns_of(f"learned:{tmp_path}")
-    print(f"\nlearned value loss at init: per-seed returns {returns.mean(axis=1)}, {time.perf_counter() - start:.0f} s")
     np.testing.assert_array_equal(returns, returns_of("l2"))
     assert returns.mean() >= 200.0

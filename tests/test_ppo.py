@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +13,7 @@ import pytest
 from sparqrl.algos import base, ppo
 from sparqrl.config import ConfigError
 from sparqrl.envs import make_env
+from conftest import train_and_evaluate
 
 # ---------------------------------------------------------------------------------------------------
 # GAE
@@ -338,21 +338,6 @@ def test_vmapped_init_equals_separate_inits_and_does_not_hang(cartpole):
 
 # ---------------------------------------------------------------------------------------------------
 # Learning (slow)
-
-
-def train_and_evaluate(config, env, seed, num_seeds, episodes=10):
-    algo = ppo.make_algorithm(config, env)
-
-    def run(key):
-        train_key, eval_key = jax.random.split(key)
-        state, _ = base.make_train_fn(algo)(train_key)
-        return base.evaluate(env, algo.act, algo.policy(state), eval_key, episodes)
-
-    start = time.perf_counter()
-    returns = jax.jit(jax.vmap(run))(jax.random.split(jax.random.PRNGKey(seed), num_seeds))
-    returns = np.asarray(jax.block_until_ready(returns))
-    print(f"\n{env.name}: per-seed mean returns {returns.mean(axis=1)}, {time.perf_counter() - start:.0f} s")
-    return returns
 
 
 @pytest.mark.slow

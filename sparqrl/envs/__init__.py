@@ -68,9 +68,9 @@ def __getattr__(name: str) -> Any:
 
 
 def device_env_names() -> list[str]:
-    from sparqrl.envs.core import import_gymnax
+    from sparqrl.envs.gymnax_env import gymnax
 
-    return list(import_gymnax().registered_envs) + [f"brax:{n}" for n in BRAX_NAMES]
+    return list(gymnax.registered_envs) + [f"brax:{n}" for n in BRAX_NAMES]
 
 
 def env_names() -> list[str]:

@@ -41,11 +41,9 @@ import jax
 import jax.numpy as jnp
 
 from sparqrl.config import fail, one_of, require
-from sparqrl.envs.core import Env, Space, StepOut, action_dim, import_gymnax, is_discrete
-from sparqrl.envs.gymnax_env import wrap_gymnax
+from sparqrl.envs.core import Env, Space, StepOut, action_dim, is_discrete
+from sparqrl.envs.gymnax_env import gymnax, wrap_gymnax
 from sparqrl.nets.modules import sequential_under_vmap
-
-gymnax = import_gymnax()
 
 KINDS = ("mlp", "lstm")
 MLP_HIDDEN = (64, 64)

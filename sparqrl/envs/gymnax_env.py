@@ -4,13 +4,52 @@ gymnax ids (`make_gymnax`) and a user's own gymnax `Environment` (`wrap_gymnax`,
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import sys
+import types
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from sparqrl.config import fail
-from sparqrl.envs.core import Box, Discrete, Space, StepOut, import_gymnax
+from sparqrl.envs.core import Box, Discrete, Space, StepOut
+
+
+class _Deferred(types.ModuleType):
+    """Stands in for a module until one of its attributes is read; then imports the real one."""
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), attr)
+
+
+GYMNAX_RENDER_ONLY = ("seaborn", "matplotlib.pyplot")
+"""Modules gymnax imports at its top level but uses only to render (pong, rooms, point_robot): with
+scipy and pandas behind seaborn, ~1.2 s of a cold start that trains CartPole."""
+
+
+def import_gymnax() -> Any:
+    """`gymnax`, imported with its render-only imports deferred to their first use.
+
+    Why our own: gymnax's package `__init__` imports every environment module, and some of those import
+    seaborn and pyplot for `render` only. Python's `importlib.util.LazyLoader` does not help: the import
+    system reads a module's `__spec__`, which makes it load. A stand-in module is bound in gymnax's modules
+    instead, and taken out of `sys.modules` again, so any later import gets the real module."""
+    if "gymnax" in sys.modules:
+        return sys.modules["gymnax"]
+    stand_ins = {name: _Deferred(name) for name in GYMNAX_RENDER_ONLY if name not in sys.modules}
+    sys.modules.update(stand_ins)
+    try:
+        return importlib.import_module("gymnax")
+    finally:
+        for name, module in stand_ins.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+
 
 gymnax = import_gymnax()
 from gymnax.environments import spaces  # noqa: E402 (after gymnax's import without its render-only ones)

@@ -316,12 +316,12 @@ class _Session:
             for chunk in range(done_chunks, len(bounds)):
                 stop.check()
                 state, per_seed = driver.run_chunk(chunk)
-                self.steady.chunk_done(bounds[chunk] * driver.env_steps_per_update * driver.members)
+                env_step = bounds[chunk] * driver.env_steps_per_update
+                self.steady.chunk_done(env_step * driver.members)
                 is_last = chunk == len(bounds) - 1
                 if is_last or (run.eval_every and (chunk + 1) % run.eval_every == 0):
                     eval_returns = driver.evaluate(state)
                     per_seed["eval_return"] = eval_returns.mean(axis=1)
-                env_step = bounds[chunk] * driver.env_steps_per_update
                 self.logger.log(chunk + 1, env_step, self.elapsed(), per_seed)
                 self._check_finite(chunk, per_seed)
                 # Only a logged chunk may be checkpointed on Ctrl-C: a resume truncates the CSV to its
