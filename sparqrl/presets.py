@@ -47,6 +47,25 @@ PRESETS: tuple[Preset, ...] = (
                 "normalize_reward": True},
     ),
     Preset(
+        name="ppo-atari", algo="ppo", matches=lambda env: env.startswith("gym:ALE/"), family="Atari (gym:ALE/NAME)",
+        source="the PPO paper's Atari settings (Schulman et al. 2017, Table 5: 8 actors x 128 steps, Adam 2.5e-4 "
+               "annealed, clip 0.1, entropy 0.01) as OpenAI Baselines' ppo2 runs them (4 epochs of 4 minibatches, "
+               "value coefficient 0.5), on the Nature CNN (its 512-unit layer, relu)",
+        fields={"lr": 2.5e-4, "num_envs": 8, "num_steps": 128, "update_epochs": 4, "num_minibatches": 4,
+                "clip_eps": 0.1, "ent_coef": 0.01, "vf_coef": 0.5, "anneal_lr": True, "gamma": 0.99,
+                "gae_lambda": 0.95, "hidden": (512,), "activation": "relu", "torso": "auto",
+                "normalize_obs": False, "normalize_reward": False},
+    ),
+    Preset(
+        name="impala-atari", algo="impala", matches=lambda env: env.startswith("gym:ALE/"),
+        family="Atari (gym:ALE/NAME)",
+        source="IMPALA's Atari settings (Espeholt et al. 2018, Table G.1: unroll 20, learning rate 6e-4 annealed, "
+               "entropy 0.01, baseline cost 0.5, gradient clip 40; Adam here for its RMSProp), on the Nature CNN "
+               "(its 512-unit layer, relu)",
+        fields={"lr": 6e-4, "num_envs": 8, "num_steps": 20, "anneal_lr": True, "gamma": 0.99, "ent_coef": 0.01,
+                "vf_coef": 0.5, "max_grad_norm": 40.0, "hidden": (512,), "activation": "relu", "torso": "auto"},
+    ),
+    Preset(
         name="ppo-pendulum", algo="ppo", matches=lambda env: env == "Pendulum-v1", family="gymnax Pendulum-v1",
         source="sparqrl's own sweep (BENCHMARKS.md, 'Presets'): PureJaxRL's continuous layout at 16 envs x 128 "
                "steps, gamma and lr picked over {0.9, 0.95, 0.99} x {3e-4, 1e-3}",

@@ -65,8 +65,8 @@ def test_eval_and_resume_of_a_finished_run_reproduce_the_final_evaluation(sparse
 
 
 def test_bad_host_settings_are_errors_before_anything_is_written(tmp_path):
-    with pytest.raises(ConfigError, match=r"torso='auto' .*ppo on host environments runs an MLP on flat observations"):
-        train("ppo", ppo.Config(), RunConfig(env="gym:ALE/Breakout-v5", out=str(tmp_path / "x")))
+    with pytest.raises(ConfigError, match=r"torso='cnn' is not allowed: must be one of auto, mlp"):
+        train("ppo", ppo.Config(torso="cnn"), RunConfig(env="gym:ALE/Breakout-v5", out=str(tmp_path / "x")))
     with pytest.raises(ConfigError, match=r"actor_sparsity=None .*must be given for env 'gym:Pendulum-v1'"):
         train("td3", td3.Config(sparse="rigl", **SMALL), RunConfig(env="gym:Pendulum-v1", out=str(tmp_path / "y")))
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()  # nothing written

@@ -18,7 +18,7 @@ import numpy as np
 
 from sparqrl.algos.base import Acting
 from sparqrl.envs import RunningStats, normalize
-from sparqrl.nets import ActorBranch, ActorCritic, actor_branch_params
+from sparqrl.nets import ActorBranch, ActorCritic, actor_branch_params, torso_features
 
 
 class PolicyParams(NamedTuple):
@@ -74,4 +74,5 @@ def make_acting(network: ActorCritic, spec: Any, normalize_obs: bool, return_gam
         aux=aux,
         observe=observe if normalize_obs else None,
         return_gamma=return_gamma,
+        features=torso_features(tuple(network.obs_shape), network.activation, network.torso),
     )

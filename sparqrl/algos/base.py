@@ -194,6 +194,9 @@ class Acting(NamedTuple):
                                               None: the raw observation
     return_gamma                              when set, actors send each env's discounted return so far
                                               (`Step.discounted_return`, for reward scaling)
+    features                                  `nets.Features` where `network` starts with convolutions (a
+                                              CNN torso): actors run them in fp32 and the Dense chain after
+                                              them in their precision; None: the network is a Dense chain
     """
 
     network: Any
@@ -206,6 +209,7 @@ class Acting(NamedTuple):
     aux: Callable[[Any], Any] | None = None
     observe: Callable[[Any, jax.Array], jax.Array] | None = None
     return_gamma: float | None = None
+    features: Any = None
 
 
 class ActorLearner(NamedTuple):

@@ -34,9 +34,9 @@ and puts `info["episode"]` (return `r`, length `l`) on the step that ends a game
 those (`game_stats`): a training env's `episode_return` / `episode_done` are the real, unclipped score over
 all lives, exactly what an evaluation env reports; `terminated` / `reward` stay per life and clipped.
 
-Memory: `HostVecEnv` hands observations to the learner as float32 (as for every host env), 4x the uint8
-frames: 84 * 84 * 4 * 4 B = 113 kB per observation (twice per step with `final_obs`). Storing uint8 and
-deduplicating the stacked frames in DQN's replay is a later part.
+Memory: `HostVecEnv` keeps the frames uint8 (84 * 84 * 4 B = 28 kB per observation, twice per step with
+`final_obs`); networks cast them to float32 and the Nature CNN (`nets.NatureCNN`) scales them by 1/255.
+Storing each frame once in DQN's replay (not four stacked copies) is a later part.
 """
 
 from __future__ import annotations

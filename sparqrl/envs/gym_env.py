@@ -189,11 +189,12 @@ def host_spec(name: str) -> HostSpec:
 class HostStep(NamedTuple):
     """What `HostVecEnv.step` returns: numpy arrays over the N envs, as `StepOut` + `EpisodeStats`."""
 
-    obs: np.ndarray  # float32 [N, *obs]; where an episode ended, already the next episode's first
+    obs: np.ndarray  # [N, *obs] (uint8 for uint8 images, else float32); where an episode ended, already the
+    #                  next episode's first
     reward: np.ndarray  # float32 [N]
     terminated: np.ndarray  # bool [N]: the episode truly ended, do not bootstrap
     truncated: np.ndarray  # bool [N]: time limit and not terminated, bootstrap from final_obs
-    final_obs: np.ndarray  # float32 [N, *obs]: the observation the transition reached, before reset
+    final_obs: np.ndarray  # [N, *obs] as obs: the observation the transition reached, before reset
     episode_return: np.ndarray  # float32 [N]: sum of raw rewards of the episode, valid where episode_done
     # (a training Atari env: of the whole game, unclipped, over all lives; see sparqrl.envs.atari)
     episode_length: np.ndarray  # int32 [N]: its length in steps, valid where episode_done
@@ -206,6 +207,9 @@ class HostVecEnv:
     `training` matters only for Atari ids (`sparqrl.envs.atari`): True (actors) adds episodic life and
     reward clipping, and then the episode statistics are those of whole games (unclipped, over all lives)
     while `reward` / `terminated` are per life and clipped; False is for evaluation.
+
+    Observations are float32, except uint8 ones (Atari frames), which stay uint8: a quarter of the bytes
+    actors send and learners hold; every network casts its input to float32.
     """
 
     def __init__(self, name: str, num_envs: int, training: bool = True):
@@ -227,13 +231,14 @@ class HostVecEnv:
         self._action_start = int(single.start) if isinstance(single, spaces.Discrete) else 0
         self._return = np.zeros(num_envs, np.float32)
         self._length = np.zeros(num_envs, np.int32)
+        self.obs_dtype = np.uint8 if self._vec.single_observation_space.dtype == np.uint8 else np.float32
 
     def reset(self, seed: int) -> np.ndarray:
         """Reset every env (env i seeded `seed + i`) and the episode statistics. Returns obs [N, *obs]."""
         obs, _ = self._vec.reset(seed=[seed + i for i in range(self.num_envs)])
         self._return[:] = 0.0
         self._length[:] = 0
-        return obs.astype(np.float32)
+        return obs.astype(self.obs_dtype)
 
     def step(self, actions: Any) -> HostStep:
         """Step every env with `actions` [N, *action] (Box: flattened allowed; Discrete: ints 0..n-1)."""
@@ -244,7 +249,7 @@ class HostVecEnv:
         # terminated there; termination wins, as in the device adapters.
         truncated = np.asarray(truncated, bool) & ~terminated
         done = terminated | truncated
-        obs = obs.astype(np.float32)
+        obs = obs.astype(self.obs_dtype)
         final_obs = obs.copy()
         if done.any():  # info["final_obs"] is an object array, None where the episode goes on
             for i in np.flatnonzero(info["_final_obs"]):

@@ -147,7 +147,13 @@ def describe(algo: str, config: Any, obs_shape: tuple[int, ...], action_space: A
 
     if algo in ("ppo", "impala"):  # the same ActorCritic and PolicyParams (`algos.actor_critic`)
         params, obs_stats = policy_params.params, policy_params.obs_stats
-        conv = config.torso == "auto" and len(obs_shape) == 3  # `nets.make_torso`
+        from sparqrl.nets import cnn_kind  # (flax: only when a policy is described)
+
+        kind = cnn_kind(obs_shape, config.torso)  # `nets.make_torso`'s
+        conv = kind is not None
+        if kind == "nature":
+            unexportable(what, "it runs the Nature CNN (three strided convolutions), which the exporter does not "
+                         "write yet; it writes MLP and MinAtar (one convolution) policies")
         root = _node(params, ("params",), what)
         conv_layer, kernels, biases = _torso(root, conv, config.activation, what)
         head_kernel, head_bias = _dense(_node(root, ("Dense_0",), what))  # the actor's head (Dense_1: value)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import distrax
 import flax.linen as nn
@@ -104,6 +104,39 @@ class MLP(nn.Module):
         return x
 
 
+# Convolution layers (features, kernel, stride, padding) of the image torsos, and the scale of their input.
+CONV_LAYERS: dict[str, tuple[tuple[int, int, int, str], ...]] = {
+    "minatar": ((16, 3, 1, "SAME"),),  # MinAtar's baseline network (Young & Tian 2019)
+    "nature": ((32, 8, 4, "VALID"), (64, 4, 2, "VALID"), (64, 3, 1, "VALID")),  # Mnih et al. 2015
+}
+CONV_INPUT_SCALE = {"minatar": 1.0, "nature": 1.0 / 255.0}  # MinAtar grids are 0/1; Atari pixels 0..255
+NATURE_MIN_SIZE = 36  # the smallest side the Nature convolutions leave a 1x1 map of
+
+
+def conv_features(x: jax.Array, kind: str, activation: str) -> jax.Array:
+    """[..., H, W, C] -> [..., F]: `CONV_LAYERS[kind]`, each followed by `activation`, flattened. Called inside a
+    compact method, so the layers are that module's 'Conv_0', 'Conv_1', ... (`ConvFeatures` runs them alone)."""
+    batch_shape = x.shape[:-3]
+    x = x.reshape((-1,) + x.shape[-3:]).astype(jnp.float32) * CONV_INPUT_SCALE[kind]
+    for features, kernel, stride, padding in CONV_LAYERS[kind]:
+        conv = nn.Conv(features, (kernel, kernel), (stride, stride), padding=padding,
+                       kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)))
+        x = ACTIVATIONS[activation](conv(x))
+    return x.reshape(batch_shape + (-1,))
+
+
+class ConvFeatures(nn.Module):
+    """The convolution part of a CNN torso alone: applied to the torso's own variables it gives the flat
+    features its first Dense layer takes (host actors run it in fp32 before their Dense chain)."""
+
+    kind: str
+    activation: str = "relu"
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return conv_features(x, self.kind, self.activation)
+
+
 class MinAtarCNN(nn.Module):
     """Conv(16, 3x3) over a [..., 10, 10, C] grid, then the MLP (the MinAtar baseline network)."""
 
@@ -112,20 +145,68 @@ class MinAtarCNN(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        batch_shape = x.shape[:-3]
-        x = x.reshape((-1,) + x.shape[-3:])
-        x = ACTIVATIONS[self.activation](nn.Conv(16, (3, 3), kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)))(x))
-        x = x.reshape(batch_shape + (-1,))
-        return MLP(self.hidden, self.activation, obs_ndim=1)(x)
+        return MLP(self.hidden, self.activation, obs_ndim=1)(conv_features(x, "minatar", self.activation))
 
+
+class NatureCNN(nn.Module):
+    """The Nature DQN torso (Mnih et al. 2015) over [..., H, W, C] frames of 0..255: Conv(32, 8x8, stride 4),
+    Conv(64, 4x4, stride 2), Conv(64, 3x3, stride 1), then the MLP (Nature: one layer of 512)."""
+
+    hidden: Sequence[int]
+    activation: str = "relu"
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return MLP(self.hidden, self.activation, obs_ndim=1)(conv_features(x, "nature", self.activation))
+
+
+CNN_TORSOS = {"minatar": MinAtarCNN, "nature": NatureCNN}
+
+
+def cnn_kind(obs_shape: tuple[int, ...], kind: str = "auto") -> str | None:
+    """The CNN `make_torso` builds for these observations ('minatar', 'nature'), or None (an MLP): "auto" picks
+    the Nature CNN for images of at least `NATURE_MIN_SIZE` pixels a side (Atari's 84x84), the MinAtar one for
+    smaller grids, and an MLP for anything that is not [H, W, C]."""
+    if kind != "auto" or len(obs_shape) != 3:
+        return None
+    return "nature" if min(obs_shape[:2]) >= NATURE_MIN_SIZE else "minatar"
 
 
 def make_torso(obs_shape: tuple[int, ...], hidden: Sequence[int], activation: str, kind: str = "auto") -> nn.Module:
-    """kind "auto": a CNN for image-like [H, W, C] observations, else an MLP; "mlp": an MLP over the flattened
-    observation whatever its shape."""
-    if kind == "auto" and len(obs_shape) == 3:
-        return MinAtarCNN(tuple(hidden), activation)
+    """kind "auto": a CNN for image-like [H, W, C] observations (`cnn_kind`), else an MLP; "mlp": an MLP over
+    the flattened observation whatever its shape."""
+    cnn = cnn_kind(obs_shape, kind)
+    if cnn is not None:
+        return CNN_TORSOS[cnn](tuple(hidden), activation)
     return MLP(tuple(hidden), activation, obs_ndim=len(obs_shape))
+
+
+class Features(NamedTuple):
+    """The convolution part of a network whose layers after it are a Dense chain (host actors run this part
+    in fp32, the chain in their precision): `apply(params, obs [B, *obs_shape]) -> [B, F]` on `params`, the
+    convolution variables `select(network variables)` picks out (all a copy must carry for it)."""
+
+    apply: Callable[[Any, jax.Array], jax.Array]
+    select: Callable[[Any], Any]
+
+
+def torso_features(obs_shape: tuple[int, ...], activation: str, kind: str = "auto",
+                   path: tuple[str, ...] = ()) -> Features | None:
+    """`Features` of the torso `make_torso` builds, found at `path` in the network's 'params' (e.g.
+    ('NatureCNN_0',)); None for an MLP torso (the whole network is then a Dense chain)."""
+    cnn = cnn_kind(obs_shape, kind)
+    if cnn is None:
+        return None
+    module = ConvFeatures(cnn, activation)
+    path = path or (CNN_TORSOS[cnn].__name__ + "_0",)
+
+    def select(variables: Any) -> Any:
+        node = variables["params"]
+        for name in path:
+            node = node[name]
+        return {"params": {name: layer for name, layer in node.items() if name.startswith("Conv_")}}
+
+    return Features(apply=module.apply, select=select)
 
 
 class ActorCritic(nn.Module):
@@ -158,7 +239,7 @@ class ActorCritic(nn.Module):
 
 class ActorBranch(nn.Module):
     """The actor half of an `ActorCritic` on flat observations [B, d] -> logits or Gaussian mean [B, A], with
-    the same parameter names (its torso 'MLP_0' or 'MinAtarCNN_0', its head 'Dense_0'), so it runs on a
+    the same parameter names (its torso 'MLP_0', 'MinAtarCNN_0' or 'NatureCNN_0', its head 'Dense_0'), so it runs on a
     subtree of the ActorCritic's parameters (`actor_branch_params`). With an MLP torso it is the plain Dense
     chain host actors run in any precision (`sparqrl.quant`)."""
 
@@ -171,7 +252,7 @@ class ActorBranch(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         torso = make_torso(self.obs_shape, self.hidden, self.activation, self.torso)
-        if isinstance(torso, MinAtarCNN):
+        if not isinstance(torso, MLP):  # a CNN: back to images
             x = x.reshape(x.shape[:-1] + tuple(self.obs_shape))
         return dense(self.action_dim, gain=0.01)(torso(x))
 
@@ -179,7 +260,8 @@ class ActorBranch(nn.Module):
 def actor_branch_params(variables: Any) -> Any:
     """The `ActorBranch` variables inside an `ActorCritic`'s: its first torso and its first Dense head."""
     params = variables["params"]
-    return {"params": {k: params[k] for k in ("MLP_0", "MinAtarCNN_0", "Dense_0") if k in params}}
+    torsos = ("MLP_0",) + tuple(cls.__name__ + "_0" for cls in CNN_TORSOS.values())
+    return {"params": {k: params[k] for k in torsos + ("Dense_0",) if k in params}}
 
 
 class QNetwork(nn.Module):

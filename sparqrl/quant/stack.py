@@ -5,12 +5,14 @@ A *Dense chain* computes ``y = W_L·σ(… σ(W_1·x + b_1) …) + b_L`` on a fl
 flax ``nn.Dense`` layers with one activation σ ('relu' or 'tanh') between them and none after the
 last. Every policy network that sparqrl's actors run is one: DQN's `QNetwork` with an MLP torso, the
 `HeadMLP` of TD3's actor (before its tanh) and of SAC's actor ([mean, raw log-std]), and PPO's
-`ActorCritic` actor branch ('MLP_0' then the head 'Dense_0').
+`ActorCritic` actor branch ('MLP_0' then the head 'Dense_0'). A CNN torso's convolutions run before the
+chain, in fp32 (`stack_paths(features=...)`): PyTorch's dynamic quantization, which ActorQ's actors used,
+quantizes Linear layers only, and the Nature CNN's Dense layers hold 1.6M of its 1.7M actor parameters.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
@@ -106,19 +108,27 @@ class _DenseCall(NamedTuple):
     y: np.ndarray
 
 
-def _record_dense_calls(module: nn.Module, variables: Any, obs: np.ndarray) -> tuple[list[_DenseCall], Any]:
+def _record_dense_calls(module: nn.Module, variables: Any, obs: np.ndarray
+                        ) -> tuple[list[_DenseCall], set[Path], Any]:
+    """The Dense calls of `module.apply(variables, obs)` in order, the paths of the Conv layers it called,
+    and its output."""
     calls: list[_DenseCall] = []
+    convs: set[Path] = set()
 
     def interceptor(next_fun, args, kwargs, context):
         out = next_fun(*args, **kwargs)
-        if isinstance(context.module, nn.Dense) and context.method_name == "__call__":
-            x = args[0] if args else next(iter(kwargs.values()))
-            calls.append(_DenseCall(("params",) + tuple(context.module.path), np.asarray(x), np.asarray(out)))
+        if context.method_name == "__call__" and isinstance(context.module, (nn.Dense, nn.Conv)):
+            path = ("params",) + tuple(context.module.path)
+            if isinstance(context.module, nn.Conv):
+                convs.add(path)
+            else:
+                x = args[0] if args else next(iter(kwargs.values()))
+                calls.append(_DenseCall(path, np.asarray(x), np.asarray(out)))
         return out
 
     with nn.intercept_methods(interceptor):
         out = module.apply(variables, obs)
-    return calls, out
+    return calls, convs, out
 
 
 def _close(a: np.ndarray, b: np.ndarray) -> bool:
@@ -136,6 +146,7 @@ def stack_paths(
     paths: Sequence[Path] | None = None,
     *,
     field: str = "network",
+    features: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[Path, ...]:
     """Paths of the Dense layers that `module.apply(variables, obs)` runs as a Dense chain.
 
@@ -150,6 +161,10 @@ def stack_paths(
     once, and `dense_stack` of the paths recomputes the last layer's output. `activation` defaults to
     ``module.activation``. Anything else (a Conv torso, a skip connection, a LayerNorm, an activation
     after the last layer) raises `ConfigError` naming `field`.
+
+    `features`: a network whose convolutions come first (`nets.Features`; actors run them in fp32):
+    `features(obs [B, d]) -> [B, F]` computes what the chain's first layer must take instead of the
+    flattened observation, and the module's Conv layers are allowed parameters outside the chain.
     """
     name = type(module).__name__
     if activation is None:
@@ -162,7 +177,8 @@ def stack_paths(
     hint = "; pass `paths` to select a chain inside a bigger module" if paths is None else ""
 
     obs = np.random.default_rng(0).normal(size=np.shape(example_obs)).astype(np.float32)
-    calls, out = _record_dense_calls(module, variables, obs)
+    calls, convs, out = _record_dense_calls(module, variables, obs)
+    chain_input = obs.reshape(obs.shape[0], -1) if features is None else np.asarray(features(obs), np.float32)
     called = [c.path for c in calls]
     require(len(set(called)) == len(called), field, name, f"{rule}; a Dense layer is called more than once")
 
@@ -175,6 +191,8 @@ def stack_paths(
         # the layer owning each parameter leaf ('params/log_std' is its own owner)
         owners = {path_str(("params",) + p[:-1]) if len(p) > 1 else path_str(("params",) + p)
                   for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]}
+        if features is not None:
+            layers |= {path_str(p) for p in convs}
         stray = sorted(owners - layers)
         require(not stray, field, name, f"{rule}; it has parameters outside its Dense layers: {', '.join(stray)}")
     else:
@@ -187,8 +205,9 @@ def stack_paths(
     selected = [calls[called.index(p)] for p in paths]
 
     first = selected[0]
-    require(first.x.size == obs.size and _close(first.x.reshape(-1), obs.reshape(-1)), field, name,
-            f"{rule}; its first Dense layer {path_str(first.path)} does not take the flattened observation")
+    require(first.x.size == chain_input.size and _close(first.x.reshape(-1), chain_input.reshape(-1)), field, name,
+            f"{rule}; its first Dense layer {path_str(first.path)} does not take the flattened "
+            + ("observation" if features is None else "output of its convolutions"))
     for prev, layer in zip(selected, selected[1:]):
         require(_close(layer.x, _act_np(activation, prev.y)), field, name,
                 f"{rule}; {path_str(layer.path)} does not take {activation}({path_str(prev.path)}){hint}")
@@ -197,7 +216,7 @@ def stack_paths(
         require(isinstance(out, (np.ndarray, jax.Array)) and _close(np.asarray(out), last.y), field, name,
                 f"{rule}; its output is not the output of its last Dense layer {path_str(last.path)}{hint}")
     stack = dense_stack(variables, paths, activation)
-    recomputed = apply_stack(stack, obs.reshape(-1, stack.kernels[0].shape[0])).astype(np.float32)
+    recomputed = apply_stack(stack, chain_input).astype(np.float32)
     require(_close(recomputed, last.y.reshape(recomputed.shape)), field, name,
             f"{rule}; its Dense layers do not compute x @ kernel + bias from the variables")
     return paths

@@ -51,6 +51,7 @@ class PolicyCopy(NamedTuple):
     env_steps: int  # env steps per seed the learner had consumed (the actors' warm-up clock)
     nbytes: int  # bytes of the stacks and aux: what one broadcast carries
     aux: Any = None  # `Acting.aux` of each seed (numpy, fp32, leaves [seeds, ...]), or None
+    features: Any = None  # the convolutions before the stacks (`Acting.features`): fp32 [seeds, ...], or None
     params: Any = None  # central inference: the fp32 policy params [seeds, ...] for the server (actors get None)
 
 
@@ -116,6 +117,9 @@ class Actor:
         self._split_keys = jax.jit(jax.vmap(jax.random.split))  # as `explore` splits them
         self.central = None if central is None else (central.act if isinstance(central, CentralPolicy)
                                                      else remote_act(central))
+        self._features = None
+        if acting.features is not None:  # [seeds, B, *obs] -> [seeds, B, F], each seed's convolutions in fp32
+            self._features = jax.jit(jax.vmap(acting.features.apply))
         self._observe = None
         if acting.observe is not None:  # obs [seeds, B, *obs] -> the network's input, with each seed's aux
             self._observe = jax.jit(jax.vmap(lambda aux, obs: observe(acting, aux, obs)))
@@ -125,6 +129,7 @@ class Actor:
         if acting.priority is not None:  # over [T, seeds, ...]
             self._priority = jax.jit(jax.vmap(jax.vmap(acting.priority)))
         self.version, self.env_steps, self.forwards, self.aux, self.sequence = -1, 0, (), None, 0
+        self.conv_params = None
 
     def _split(self, x: np.ndarray) -> np.ndarray:
         return x.reshape(self.shape + x.shape[1:])
@@ -133,7 +138,10 @@ class Actor:
         """raw [seeds, B, out] of each seed's policy copy on raw obs [seeds, B, *obs_shape]."""
         if self._observe is not None:
             obs = np.asarray(self._observe(self.aux, obs))
-        flat = obs.reshape(obs.shape[:2] + (-1,)).astype(np.float32)
+        if self._features is not None:
+            flat = np.asarray(self._features(self.conv_params, obs))
+        else:
+            flat = obs.reshape(obs.shape[:2] + (-1,)).astype(np.float32)
         return np.stack([f(flat[i]) for i, f in enumerate(self.forwards)])
 
     def pid(self) -> int:
@@ -147,7 +155,8 @@ class Actor:
         if copy.version > self.version:
             if self.central is None:
                 self.forwards = tuple(quant.make_forward(stack) for stack in copy.stacks)
-            self.version, self.env_steps, self.aux = copy.version, copy.env_steps, copy.aux
+            self.version, self.env_steps, self.aux, self.conv_params = (copy.version, copy.env_steps, copy.aux,
+                                                                        copy.features)
         seeds, n = self.shape
         rows, returns, dones, discounted = [], [], [], []
         acted_with = self.version  # central: the oldest version the server acted with in this fragment
@@ -445,16 +454,24 @@ def quantized_copy(version: int, policy: Any, acting: Any, paths: Any, precision
                                          acting.activation), precision, granularity)
         for i in range(seeds)
     )
-    aux = None
-    if acting.aux is not None:
-        aux = jax.tree.map(lambda x: np.asarray(x, np.float32), jax.device_get(jax.vmap(acting.aux)(policy)))
-    nbytes = sum(quant.nbytes(s) for s in stacks) + sum(x.nbytes for x in jax.tree.leaves(aux))
-    return PolicyCopy(version, stacks, env_steps, nbytes, aux)
+    fp32 = lambda tree: jax.tree.map(lambda x: np.asarray(x, np.float32), jax.device_get(tree))  # noqa: E731
+    aux = None if acting.aux is None else fp32(jax.vmap(acting.aux)(policy))
+    features = None
+    if acting.features is not None:
+        features = fp32(jax.vmap(lambda p: acting.features.select(acting.network_params(p)))(policy))
+    nbytes = sum(quant.nbytes(s) for s in stacks) + sum(x.nbytes for x in jax.tree.leaves((aux, features)))
+    return PolicyCopy(version, stacks, env_steps, nbytes, aux, features)
 
 
 def network_paths(acting: Any, policy: Any, obs_shape: tuple[int, ...]) -> Any:
-    """The Dense layers of the policy network in call order (checked to be a plain chain)."""
+    """The Dense layers of the policy network in call order (checked to be a plain chain, after the
+    convolutions of `acting.features` where it has them)."""
     one = jax.tree.map(lambda x: x[0], policy)
+    variables = acting.network_params(one)
     example = np.zeros((1, int(np.prod(obs_shape))), np.float32)
-    return quant.stack_paths(acting.network, acting.network_params(one), example)
+    features = None
+    if acting.features is not None:
+        conv = acting.features.select(variables)
+        features = lambda flat: acting.features.apply(conv, flat.reshape((-1, *obs_shape)))  # noqa: E731
+    return quant.stack_paths(acting.network, variables, example, features=features)
 

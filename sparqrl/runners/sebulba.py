@@ -23,6 +23,7 @@ counters); host simulators cannot be saved, so a resumed run's actors start fres
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from typing import Any
 
@@ -33,7 +34,7 @@ import numpy as np
 from sparqrl import config as cfg
 from sparqrl.algos import get_algorithm
 from sparqrl.algos.base import ActorLearner, acting_aux, explore_one, forward
-from sparqrl.envs import evaluate_host, host_spec
+from sparqrl.envs import atari, evaluate_host, host_spec
 from sparqrl.envs.custom import is_local
 from sparqrl.extras import need_installed
 from sparqrl.runners.actors import (
@@ -63,12 +64,6 @@ class Prepared:
                     f"host environments (gym:NAME) run through the actor-learner runner, which trains "
                     f"{', '.join(HOST_ALGORITHMS)}; {algo_name} runs on device environments (gymnax ids, brax:NAME)")
         self.spec = host_spec(run.env)
-        obs_shape = tuple(self.spec.observation_shape)
-        cfg.require(len(obs_shape) == 1 or getattr(algo_config, "torso", "mlp") == "mlp", "torso",
-                    getattr(algo_config, "torso", None),
-                    f"{algo_name} on host environments runs an MLP on flat observations (the actors' network is a "
-                    f"chain of Dense layers); env {run.env} has observations of shape {obs_shape}: use --set "
-                    "torso=mlp to flatten them")
         self.config = algo_config.validate(self.spec)
         self.al: ActorLearner = module.make_actor_learner(self.config, self.spec)
         self.T = resolve_fragment_steps(algo_name, self.al, run)
@@ -78,7 +73,8 @@ class Prepared:
         self.fragments = self.al.steps_per_env // self.T
         cfg.require(self.fragments >= 1, "fragment_steps", self.T,
                     f"must be <= the run's env steps per environment ({self.al.steps_per_env})")
-        # The policy network must be a Dense chain for any precision: checked here, before compiling.
+        # The policy network must be a Dense chain (after any convolutions) for any precision: checked here,
+        # before compiling.
         self.policy_fn = jax.jit(jax.vmap(self.al.policy))
         keys = jax.random.split(jax.random.PRNGKey(run.seed), run.seeds)
         self.learner_shape = jax.eval_shape(jax.vmap(self.al.init), keys)
@@ -331,7 +327,7 @@ class SebulbaDriver:
 
 
 def evaluate_saved(rundir: RunDir, algo_name: str, config: Any, run: RunConfig, episodes: int, seed: int | None) -> dict:
-    """Evaluate the saved policy of a host-environment run: deterministic episodes per seed (fp32)."""
+    """Evaluate the saved policy of a host-environment run: episodes per seed (fp32; `_evaluate_seeds`)."""
     p = Prepared(algo_name, config, run)
     learner = saved_state(rundir, p.learner_shape)
     per_seed = _evaluate_seeds(p.al, run.env, p.policy_fn(learner), episodes,
@@ -354,12 +350,22 @@ def sampling_policy(al: ActorLearner, obs_ndim: int) -> Any:
 
 
 def _evaluate_seeds(al: ActorLearner, env_name: str, params: Any, episodes: int, base_seed: int) -> np.ndarray:
-    """[seeds, episodes] deterministic returns of the fp32 policy: seed i's (`params` [seeds, ...]) on host
-    envs seeded base_seed + i."""
-    greedy = jax.jit(greedy_policy(al, len(host_spec(env_name).observation_shape)))
+    """[seeds, episodes] returns of the fp32 policy: seed i's (`params` [seeds, ...]) on host envs seeded
+    base_seed + i. Deterministic actions, except on Atari, where the policy acts as the actors do
+    (`sampling_policy`): a deterministic policy can stall a game that only starts on FIRE (Breakout) until its
+    27,000-step limit, and Atari results are reported for the acting policy (Mnih et al. 2015 evaluate with
+    epsilon 0.05; PPO and IMPALA report their sampling policy's games)."""
+    obs_ndim = len(host_spec(env_name).observation_shape)
     seeds = jax.tree.leaves(params)[0].shape[0]
+    if atari.is_atari(env_name):
+        sample, key = jax.vmap(sampling_policy(al, obs_ndim), in_axes=(None, 0, 0)), jax.random.PRNGKey(base_seed)
+        act_at = jax.jit(lambda p, o, t: sample(p, o, jax.random.split(jax.random.fold_in(key, t), o.shape[0])))
+        counter = itertools.count()  # the step: each step's keys are new
+        act = lambda p, o: act_at(p, o, next(counter))  # noqa: E731
+    else:
+        act = jax.jit(greedy_policy(al, obs_ndim))
     return np.stack([
-        evaluate_host(env_name, lambda o, i=i: np.asarray(greedy(jax.tree.map(lambda x: x[i], params), o)),
+        evaluate_host(env_name, lambda o, i=i: np.asarray(act(jax.tree.map(lambda x: x[i], params), o)),
                       episodes, base_seed + i)
         for i in range(seeds)
     ])

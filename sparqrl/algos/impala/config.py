@@ -64,8 +64,8 @@ class Config:
     """Hidden activation."""
 
     torso: Literal["auto", "mlp"] = "auto"
-    """auto: a CNN for [H, W, C] observations (MinAtar), else an MLP; mlp: an MLP on the flattened
-    observation. Host actors run MLPs only."""
+    """auto: a CNN for [H, W, C] observations (`nets.cnn_kind`: MinAtar's one Conv on small grids, the Nature
+    CNN on images such as Atari's), else an MLP; mlp: an MLP on the flattened observation."""
 
     @property
     def batch_size(self) -> int:

@@ -83,7 +83,8 @@ class Config:
     """Hidden-layer activation."""
 
     torso: Literal["auto", "mlp"] = "auto"
-    """auto: a Conv(16, 3x3) layer before the hidden layers for [H, W, C] grid observations (MinAtar), none for
+    """auto: a CNN before the hidden layers for [H, W, C] observations (`nets.cnn_kind`: one Conv(16, 3x3) on
+    grids such as MinAtar's, the Nature CNN's three convolutions on images such as Atari's 84x84), none for
     others; mlp: every observation flattened into the hidden layers (PureJaxRL's PPO; much cheaper than the
     Conv on a CPU)."""
 
