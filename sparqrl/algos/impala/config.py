@@ -27,8 +27,9 @@ class Config:
     num_envs: int = 8
     """Environments per seed (per actor on the host)."""
 
-    num_steps: int = 5
-    """Unroll length: env steps of each environment in one fragment; one gradient step per fragment."""
+    num_steps: int = 20
+    """Unroll length: env steps of each environment in one fragment; one gradient step per fragment (20: the
+    IMPALA paper's; on the host, longer fragments mean fewer policy versions for the actors to load)."""
 
     lr: float = 2e-3
     """Adam learning rate (the start value when anneal_lr is on)."""
