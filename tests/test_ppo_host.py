@@ -1,7 +1,9 @@
 """PPO on host environments (the actor-learner runner): GAE on fragments, what actors send, learning,
-Ray against inline, stale fragments dropped."""
+Ray against inline, stale fragments dropped, a stopped run resumed (PPO and IMPALA)."""
 
 from __future__ import annotations
+
+import csv
 
 import jax
 import jax.numpy as jnp
@@ -9,15 +11,18 @@ import numpy as np
 import pytest
 from conftest import RAY_SERIAL
 
-from sparqrl.algos import ppo
+from sparqrl.algos import impala, ppo
 from sparqrl.algos.base import Step
 from sparqrl.algos.ppo.losses import bootstrap_values, gae
 from sparqrl.algos.ppo.train import fragment_advantages
 from sparqrl.config import ConfigError
 from sparqrl.envs import host_spec, normalize
 from sparqrl.nets import ActorCritic
-from sparqrl.runners import RunConfig, train
+from sparqrl.runners import RunConfig, RunInterrupted, resume, train
 from sparqrl.runners.actors import ActorSpec, InlinePool, RayPool, network_paths, quantized_copy, ray_session
+from sparqrl.runners.rundir import open_run_dir
+from sparqrl.runners.sebulba import Prepared
+from sparqrl.runners.session import saved_state
 
 PENDULUM = "gym:Pendulum-v1"
 # Continuous actions with both normalisers: the actors need the observation statistics, the log-std and
@@ -168,3 +173,36 @@ def test_bad_host_ppo_settings_are_one_line_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"max_lag=0 .*actors x in_flight - 1 = 1"):
         train("ppo", ppo.Config(**SMALL), RunConfig(env=PENDULUM, out=str(tmp_path / "b"), max_lag=0, in_flight=2))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("algo", ["ppo", "impala"])
+def test_on_policy_learner_interrupted_resumes_from_the_exact_learner(tmp_path, algo):
+    """Stopped after chunk 2 of 4 (as Ctrl-C stops a run: KeyboardInterrupt at a safe point), the checkpoint holds
+    the learner of exactly those updates, and what was learned before the stop is what an uninterrupted run
+    learned (inline actors are deterministic); `resume` finishes the run with every chunk logged once."""
+    module = {"ppo": ppo, "impala": impala}[algo]
+    config = module.Config(num_envs=2, num_steps=8, total_timesteps=256, hidden=(16, 16))
+    run = lambda out: RunConfig(env="gym:CartPole-v1", out=str(out), chunks=4, eval_every=0, eval_episodes=1,  # noqa: E731
+                                checkpoint_every=1, checkpoint_interval_s=0.0, progress=False, energy=False)
+
+    def stop_after_two(chunk, row):
+        if chunk == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(RunInterrupted):
+        train(algo, config, run(tmp_path / "a"), on_chunk=stop_after_two)
+    rundir, _, saved_config, saved_run = open_run_dir(tmp_path / "a")
+    learner = saved_state(rundir, Prepared(algo, saved_config, saved_run).learner_shape)
+    updates = 2 * (256 // 16) // 4  # 2 of 4 chunks of 16 updates of 16 env steps
+    assert int(learner.env_steps[0]) == updates * 16
+    per_update = config.update_epochs * config.num_minibatches if algo == "ppo" else 1
+    assert int(learner.gradient_steps[0]) == updates * per_update
+
+    train(algo, config, run(tmp_path / "b"))
+    read = lambda out: [{k: v for k, v in row.items() if k != "wall_time_s"}  # noqa: E731
+                        for row in csv.DictReader((out / "metrics.csv").open())]
+    assert read(tmp_path / "a") == read(tmp_path / "b")[:2]
+    summary = resume(tmp_path / "a")
+    assert summary["steps"] == 256 and summary["fragments_dropped"] == 0
+    rows = read(tmp_path / "a")
+    assert [int(r["chunk"]) for r in rows] == [1, 2, 3, 4] and int(rows[-1]["env_step"]) == 256
