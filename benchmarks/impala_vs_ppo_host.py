@@ -22,17 +22,18 @@ from pathlib import Path
 ALGOS = ("ppo", "impala")
 
 
-def run(algo: str, args: argparse.Namespace) -> dict:
+def run(algo: str, env: str, steps: int, actors: int, backend: str = "ray") -> dict:
+    """One `sparqrl train` in a fresh process: its summary's throughput fields and final return."""
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "sparqrl.cli", "train", algo, "--env", args.env, "--steps", str(args.steps),
-               "--actors", str(args.actors), "--backend", "ray", "--out", tmp, "--overwrite", "--no-progress",
+        cmd = [sys.executable, "-m", "sparqrl.cli", "train", algo, "--env", env, "--steps", str(steps),
+               "--actors", str(actors), "--backend", backend, "--out", tmp, "--overwrite", "--no-progress",
                "--no-energy", "--eval-episodes", "10"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(f"{algo} failed:\n{proc.stderr[-3000:]}")
         summary = json.loads((Path(tmp) / "summary.json").read_text())
     return {k: summary[k] for k in ("env_steps_per_s", "final_return_mean", "actor_steps_per_s",
-                                    "learner_updates_per_s", "versions_published", "fragment_steps")}
+                                    "learner_updates_per_s", "versions_published", "fragment_steps", "wall_time_s")}
 
 
 def main() -> None:
@@ -46,7 +47,7 @@ def main() -> None:
     results: dict[str, list[dict]] = {algo: [] for algo in ALGOS}
     for r in range(args.rounds):
         for algo in ALGOS:  # alternating, so that machine noise hits both alike
-            results[algo].append(run(algo, args))
+            results[algo].append(run(algo, args.env, args.steps, args.actors))
             row = results[algo][-1]
             print(f"round {r + 1} {algo}: {row['env_steps_per_s']:,.0f} env steps/s, return "
                   f"{row['final_return_mean']:.1f} (T = {row['fragment_steps']}, {row['versions_published']} "
