@@ -410,8 +410,9 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
     if len(tuple(spec.observation_shape)) != 1:
         fail(
             "env", spec.name,
-            f"dqn on the actor-learner runner needs flat observations (the actors' Q-network is a chain of "
-            f"Dense layers); env {spec.name} has observations of shape {tuple(spec.observation_shape)}",
+            f"dqn on the actor-learner runner needs flat observations: its replay would hold every step's "
+            f"observation and next observation whole, and storing each frame once (Atari) is not there yet; env "
+            f"{spec.name} has observations of shape {tuple(spec.observation_shape)} (ppo and impala train on them)",
         )
     num_envs = config.num_envs
     network = _q_network(config, spec)
