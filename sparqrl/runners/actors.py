@@ -49,7 +49,7 @@ class PolicyCopy(NamedTuple):
     version: int  # learner updates (fragments learned) that produced it
     stacks: tuple[quant.QuantizedStack, ...]  # the policy network of each seed, in the actors' precision
     env_steps: int  # env steps per seed the learner had consumed (the actors' warm-up clock)
-    nbytes: int  # bytes of the stacks and aux: what one broadcast carries
+    nbytes: int  # bytes of the stacks, aux and features: what one broadcast carries
     aux: Any = None  # `Acting.aux` of each seed (numpy, fp32, leaves [seeds, ...]), or None
     features: Any = None  # the convolutions before the stacks (`Acting.features`): fp32 [seeds, ...], or None
     params: Any = None  # central inference: the fp32 policy params [seeds, ...] for the server (actors get None)
@@ -136,7 +136,7 @@ class Actor:
         if acting.priority is not None:  # over [T, seeds, ...]
             self._priority = jax.jit(jax.vmap(jax.vmap(acting.priority)))
         self.version, self.env_steps, self.forwards, self.aux, self.sequence = -1, 0, (), None, 0
-        self.conv_params = None
+        self.conv_params, self.raw_width = None, 0  # the copy's convolutions; its network's output width
 
     def _split(self, x: np.ndarray) -> np.ndarray:
         return x.reshape(self.shape + x.shape[1:])
