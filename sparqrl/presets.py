@@ -66,6 +66,15 @@ PRESETS: tuple[Preset, ...] = (
                 "vf_coef": 0.5, "max_grad_norm": 40.0, "hidden": (512,), "activation": "relu", "torso": "auto"},
     ),
     Preset(
+        name="dqn-atari", algo="dqn", matches=lambda env: env.startswith("gym:ALE/"), family="Atari (gym:ALE/NAME)",
+        source="the Nature DQN's network and batch (Mnih et al. 2015: 32, a gradient step every 4 agent steps), "
+               "Double DQN, Adam 1e-4, a 100k-transition replay stored frame by frame (~1 GB; Nature: 1M), with "
+               "Ape-X's prioritized replay and per-slot epsilons",
+        fields={"num_envs": 8, "buffer_size": 100_000, "batch_size": 32, "lr": 1e-4, "train_interval": 4,
+                "target_update_interval": 8000, "gamma": 0.99, "double_dqn": True, "hidden": (512,),
+                "activation": "relu", "max_grad_norm": 10.0},
+    ),
+    Preset(
         name="ppo-pendulum", algo="ppo", matches=lambda env: env == "Pendulum-v1", family="gymnax Pendulum-v1",
         source="sparqrl's own sweep (BENCHMARKS.md, 'Presets'): PureJaxRL's continuous layout at 16 envs x 128 "
                "steps, gamma and lr picked over {0.9, 0.95, 0.99} x {3e-4, 1e-3}",

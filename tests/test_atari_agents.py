@@ -1,7 +1,10 @@
-"""PPO and IMPALA on Atari (the actor-learner runner): the Nature CNN against a NumPy convolution, actors that run
-its convolutions in fp32 before the Dense chain in their precision, whole short runs."""
+"""PPO, IMPALA and DQN on Atari (the actor-learner runner): the Nature CNN against a NumPy convolution, actors that
+run its convolutions in fp32 before the Dense chain in their precision, DQN's replay of frames stored once, whole
+short runs."""
 
 from __future__ import annotations
+
+import csv
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +12,7 @@ import numpy as np
 import pytest
 
 from sparqrl import presets
-from sparqrl.algos import impala, ppo
+from sparqrl.algos import dqn, impala, ppo
 from sparqrl.envs import host_spec
 from sparqrl.nets import ActorCritic, NatureCNN, cnn_kind
 from sparqrl.nets.modules import CONV_LAYERS
@@ -92,15 +95,34 @@ def test_actors_act_with_the_learners_cnn(precision, atol):
     np.testing.assert_allclose(steps.extra[:, 0], expected, atol=atol)
 
 
-@pytest.mark.parametrize("algo, module", [("ppo", ppo), ("impala", impala)])
-def test_ppo_and_impala_train_on_breakout(tmp_path, algo, module):
-    """A whole short run: int8 actors, the learner's updates, an evaluation of whole games (sampled actions)."""
+DQN_TINY = dict(num_envs=2, total_timesteps=64, learning_starts=24, batch_size=8, buffer_size=64, hidden=(32,))
+
+
+@pytest.mark.parametrize("algo, module", [("ppo", ppo), ("impala", impala), ("dqn", dqn)])
+def test_ppo_impala_and_dqn_train_on_breakout(tmp_path, algo, module):
+    """A whole short run: int8 actors, the learner's updates, an evaluation of whole games (sampled actions;
+    DQN: epsilon-greedy at its final epsilon). DQN's replay keeps each frame once (`replay.frames`)."""
     assert presets.find(algo, BREAKOUT).name == f"{algo}-atari"
-    config = module.Config(**TINY)
+    config = module.Config(**(DQN_TINY if algo == "dqn" else TINY))
     summary = train(algo, config, RunConfig(env=BREAKOUT, out=str(tmp_path / algo), chunks=2, eval_every=0,
                                             eval_episodes=1, actor_precision="int8", progress=False,
                                             energy=False, compile_cache=False))
-    updates = 64 // 16
-    assert summary["steps"] == 64 and summary["versions_published"] >= updates
+    whole = 60 if algo == "dqn" else 64  # DQN: whole fragments of 10 steps x 2 envs
+    assert summary["steps"] == whole and summary["versions_published"] >= 2
     assert summary["fragments_dropped"] == 0 and summary["actor_restarts"] == 0
     assert np.isfinite(summary["final_return_mean"]) and summary["final_return_mean"] >= 0.0
+    if algo == "dqn":  # it learned from frames rebuilt out of the ring
+        last = list(csv.DictReader((tmp_path / algo / "metrics.csv").open()))[-1]
+        assert float(last["gradient_steps"]) > 0 and np.isfinite(float(last["loss"]))
+
+
+def test_dqn_replay_stores_each_atari_frame_once():
+    """The learner's state: a ring of uint8 frames beside transitions of K + 1 frame numbers, no observations."""
+    config = dqn.Config(**DQN_TINY).validate(host_spec(BREAKOUT))
+    al = dqn.make_actor_learner(config, host_spec(BREAKOUT))
+    shapes = jax.eval_shape(al.init, jax.random.PRNGKey(0))
+    assert shapes.frames.frames.dtype == np.uint8 and shapes.frames.frames.shape[1:] == (84, 84)
+    assert shapes.buffer.buffer.storage.frames.shape == (64, 5)
+    item_bytes = sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(shapes.buffer.buffer.storage)) / 64
+    frame_bytes = shapes.frames.frames.size / 64
+    assert item_bytes < 64 and frame_bytes < 2 * 84 * 84  # vs 2 x 84 x 84 x 4 x 4 B for float obs and next_obs

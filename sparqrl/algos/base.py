@@ -197,6 +197,9 @@ class Acting(NamedTuple):
     features                                  `nets.Features` where `network` starts with convolutions (a
                                               CNN torso): actors run them in fp32 and the Dense chain after
                                               them in their precision; None: the network is a Dense chain
+    evaluate(raw [N, out], key) -> action [N] where a deterministic policy can stall (Atari evaluation):
+                                              the evaluated action (DQN: epsilon-greedy at epsilon_finish);
+                                              None: the actors' exploring action (`explore_one`)
     """
 
     network: Any
@@ -210,6 +213,7 @@ class Acting(NamedTuple):
     observe: Callable[[Any, jax.Array], jax.Array] | None = None
     return_gamma: float | None = None
     features: Any = None
+    evaluate: Callable[[jax.Array, jax.Array], jax.Array] | None = None
 
 
 class ActorLearner(NamedTuple):

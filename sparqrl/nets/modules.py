@@ -274,5 +274,7 @@ class QNetwork(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = make_torso(self.obs_shape, self.hidden, self.activation)(obs)
-        return nn.Dense(self.action_dim)(x)
+        torso = make_torso(self.obs_shape, self.hidden, self.activation)
+        if not isinstance(torso, MLP) and tuple(obs.shape[-len(self.obs_shape):]) != tuple(self.obs_shape):
+            obs = obs.reshape(obs.shape[:-1] + tuple(self.obs_shape))  # flat (host actors' checks): back to images
+        return nn.Dense(self.action_dim)(torso(obs))

@@ -1,6 +1,6 @@
 """On-device replay buffers as pure functions over typed states: uniform (the names below),
 prioritized (`sparqrl.replay.prioritized`), n-step windows, RLx2's dynamic capacity, and stacked image
-frames stored once (`sparqrl.replay.frames`, for Atari; not yet wired into DQN)."""
+frames stored once (`sparqrl.replay.frames`: DQN's replay on Atari)."""
 
 from __future__ import annotations
 

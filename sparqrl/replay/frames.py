@@ -5,7 +5,7 @@ shares K - 1 of them, so storing `obs` and `next_obs` whole keeps each frame 2K 
 84x84x4 uint8, 56 GB for a million. Here each frame is stored once, in a ring of uint8 frames [F, H, W], and a
 transition keeps K + 1 frame numbers instead of its observations: those of obs (oldest first) and the newest
 frame of next_obs (next_obs = numbers 1..K). A million transitions then take 84 * 84 B * (1 + the frames a
-fragment's starts and resets add) + 20 B: about 7.1-7.6 GB.
+fragment's starts and resets add) + 20 B each: 7.6 GB with 100-step fragments, 10.2 GB with 10-step ones.
 
 What gets written, per fragment [T, N] of N environments' T steps in order (`add_fragment`):
 - the K frames of each environment's first observation (its stack cannot be taken from anything stored

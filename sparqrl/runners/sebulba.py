@@ -349,16 +349,26 @@ def sampling_policy(al: ActorLearner, obs_ndim: int) -> Any:
         explore_one(acting, forward(acting, p, obs[None], obs_ndim), key, acting_aux(acting, p)))[0]
 
 
+def evaluating_policy(al: ActorLearner, obs_ndim: int) -> Any:
+    """(fp32 policy params of one seed, ONE observation, key) -> the action an Atari evaluation takes:
+    `Acting.evaluate` where the algorithm has one (DQN: epsilon-greedy at its final epsilon), else the actors'
+    exploring action (PPO, IMPALA: a sample of the policy)."""
+    acting = al.acting
+    if acting.evaluate is None:
+        return sampling_policy(al, obs_ndim)
+    return lambda p, obs, key: acting.to_env(acting.evaluate(forward(acting, p, obs[None], obs_ndim), key))[0]
+
+
 def _evaluate_seeds(al: ActorLearner, env_name: str, params: Any, episodes: int, base_seed: int) -> np.ndarray:
     """[seeds, episodes] returns of the fp32 policy: seed i's (`params` [seeds, ...]) on host envs seeded
-    base_seed + i. Deterministic actions, except on Atari, where the policy acts as the actors do
-    (`sampling_policy`): a deterministic policy can stall a game that only starts on FIRE (Breakout) until its
-    27,000-step limit, and Atari results are reported for the acting policy (Mnih et al. 2015 evaluate with
-    epsilon 0.05; PPO and IMPALA report their sampling policy's games)."""
+    base_seed + i. Deterministic actions, except on Atari (`evaluating_policy`): a deterministic policy can stall
+    a game that only starts on FIRE (Breakout) until its 27,000-step limit, and Atari results are reported for
+    a stochastic policy (Mnih et al. 2015 evaluate with epsilon 0.05; PPO and IMPALA report their sampling
+    policy's games)."""
     obs_ndim = len(host_spec(env_name).observation_shape)
     seeds = jax.tree.leaves(params)[0].shape[0]
     if atari.is_atari(env_name):
-        sample, key = jax.vmap(sampling_policy(al, obs_ndim), in_axes=(None, 0, 0)), jax.random.PRNGKey(base_seed)
+        sample, key = jax.vmap(evaluating_policy(al, obs_ndim), in_axes=(None, 0, 0)), jax.random.PRNGKey(base_seed)
         act_at = jax.jit(lambda p, o, t: sample(p, o, jax.random.split(jax.random.fold_in(key, t), o.shape[0])))
         counter = itertools.count()  # the step: each step's keys are new
         act = lambda p, o: act_at(p, o, next(counter))  # noqa: E731

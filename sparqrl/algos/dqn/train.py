@@ -42,8 +42,8 @@ from sparqrl.algos.dqn.config import Config
 from sparqrl.algos.dqn.losses import apex_priority, chosen_q, q_target, td_loss, weighted_td_loss
 from sparqrl.config import fail
 from sparqrl.envs import Env, action_dim
-from sparqrl.nets.modules import QNetwork
-from sparqrl.replay import prioritized
+from sparqrl.nets.modules import QNetwork, torso_features
+from sparqrl.replay import frames, prioritized
 
 
 class Transition(NamedTuple):
@@ -54,6 +54,22 @@ class Transition(NamedTuple):
     reward: jax.Array  # float32 []
     next_obs: jax.Array  # [*obs_shape], the env's final_obs: pre-reset, so truncation can bootstrap
     terminated: jax.Array  # bool []; truncation is not stored: it does not cut the bootstrap
+
+
+FRAGMENT_STEPS = 10
+"""The fragment length the frame ring is sized for (the actor-learner runner's default for replay learners):
+each fragment's first stacks add K / T frames per transition. Shorter fragments fill the ring sooner, and
+the oldest transitions' frames are then overwritten before the transitions: those are sampled with weight 0
+and never again (`replay.frames.valid`)."""
+
+
+class FrameTransition(NamedTuple):
+    """A replayed transition of stacked frames (Atari): the frames live once in the learner's `FrameRing`."""
+
+    frames: jax.Array  # int32 [K + 1]: frame numbers of obs (K), then of next_obs's newest (`replay.frames`)
+    action: jax.Array  # int32 []
+    reward: jax.Array  # float32 []
+    terminated: jax.Array  # bool []
 
 
 class DQNState(NamedTuple):
@@ -80,6 +96,7 @@ class LearnerState(NamedTuple):
     key: jax.Array
     env_steps: jax.Array  # int32 [], env steps received, summed over all actors' envs of this seed
     gradient_steps: jax.Array  # int32 []
+    frames: Any = None  # `replay.frames.FrameRing` of stacked-frame observations (Atari; items: FrameTransition)
 
 
 class _Sums(NamedTuple):
@@ -227,16 +244,17 @@ def _add_stats(sums: _Sums, stats: StepStats, weights: jax.Array | None) -> _Sum
 def _run_gradient_steps(
     replay_step: Callable[[_Carry, Any, jax.Array], _Carry],
     carry: _Carry,
-    target_params: Any,
+    context: Any,
     num_grad: jax.Array,
     key: jax.Array,
     max_steps: int,
 ) -> _Carry:
-    """Take `num_grad` (<= max_steps, static) gradient steps: `replay_step(carry, target_params, key)`
-    with the i-th of `max_steps` keys split from `key`. A loop of num_grad iterations, not a scan of
-    gated slots: see `update_target` for what a cond costs here."""
+    """Take `num_grad` (<= max_steps, static) gradient steps: `replay_step(carry, context, key)` with the i-th
+    of `max_steps` keys split from `key`; context: what the steps read besides the carry (the target params;
+    the host learner adds its frame ring). A loop of num_grad iterations, not a scan of gated slots: see
+    `update_target` for what a cond costs here."""
     keys = jax.random.split(key, max_steps)
-    return jax.lax.fori_loop(0, num_grad, lambda i, c: replay_step(c, target_params, keys[i]), carry)
+    return jax.lax.fori_loop(0, num_grad, lambda i, c: replay_step(c, context, keys[i]), carry)
 
 
 def _means(sums: _Sums, num_grad: jax.Array) -> dict[str, jax.Array]:
@@ -388,6 +406,11 @@ def make_acting(config: Config, spec: Any) -> Acting:
     def greedy(raw: jax.Array) -> jax.Array:
         return jnp.argmax(raw, axis=-1).astype(jnp.int32)
 
+    def evaluate(raw: jax.Array, key: jax.Array) -> jax.Array:
+        """Epsilon-greedy at `epsilon_finish` (Mnih et al. 2015 evaluate Atari at 0.05)."""
+        explore_key, random_key = jax.random.split(key)
+        return epsilon_greedy(raw.astype(jnp.float32), jnp.float32(config.epsilon_finish), explore_key, random_key)
+
     def priority(raw_next: jax.Array, step: Step) -> jax.Array:
         """|r + γ(1 − terminated) max_a Q(s', a) − Q(s, a)| [N] under the actor's copy (`apex_priority`)."""
         return apex_priority(step.reward, step.terminated, raw_next.astype(jnp.float32), step.extra, config.gamma)
@@ -400,6 +423,8 @@ def make_acting(config: Config, spec: Any) -> Acting:
         greedy=greedy,
         to_env=lambda action: action,
         priority=priority,
+        features=torso_features(tuple(spec.observation_shape), config.activation),
+        evaluate=evaluate,
     )
 
 
@@ -407,12 +432,16 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
     """DQN for the actor-learner runner on a host env `spec` (`sparqrl.envs.gym_env.HostSpec`: name,
     observation_shape, action_space). The config and spec are checked here, on the host."""
     config.validate(spec)
-    if len(tuple(spec.observation_shape)) != 1:
+    from sparqrl.envs import atari  # (Gymnasium: host environments only)
+
+    obs_shape = tuple(spec.observation_shape)
+    stacked = atari.is_atari(spec.name)  # frame stacks: each frame stored once (`replay.frames`)
+    if len(obs_shape) != 1 and not stacked:
         fail(
             "env", spec.name,
-            f"dqn on the actor-learner runner needs flat observations: its replay would hold every step's "
-            f"observation and next observation whole, and storing each frame once (Atari) is not there yet; env "
-            f"{spec.name} has observations of shape {tuple(spec.observation_shape)} (ppo and impala train on them)",
+            f"dqn on the actor-learner runner needs flat observations or Atari's stacked frames (its replay would "
+            f"hold every step's observation and next observation whole); env {spec.name} has observations of "
+            f"shape {obs_shape} (ppo and impala train on them)",
         )
     num_envs = config.num_envs
     network = _q_network(config, spec)
@@ -424,38 +453,54 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
     def init(key: jax.Array) -> LearnerState:
         key, net_key = jax.random.split(key)
         params = network.init(net_key, jnp.zeros(spec.observation_shape, jnp.float32))
+        example, ring = _example_transition(obs_shape), None
+        if stacked:
+            example = FrameTransition(jnp.zeros((obs_shape[-1] + 1,), jnp.int32), *example[1:3], example.terminated)
+            ring = frames.init(frames.frames_for(config.buffer_size, FRAGMENT_STEPS, obs_shape[-1]), obs_shape[:2])
         return LearnerState(
             params=params,
             target_params=jax.tree.map(jnp.copy, params),  # its own buffers: `learn` may be donated
             opt_state=optimizer.init(params),
-            buffer=prioritized.init(_example_transition(tuple(spec.observation_shape)), config.buffer_size),
+            buffer=prioritized.init(example, config.buffer_size),
             key=key,
             env_steps=jnp.zeros((), jnp.int32),
             gradient_steps=jnp.zeros((), jnp.int32),
+            frames=ring,
         )
 
-    def replay_step(carry: _Carry, target_params: Any, key: jax.Array) -> _Carry:
+    def replay_step(carry: _Carry, context: tuple[Any, Any], key: jax.Array) -> _Carry:
+        """One gradient step; context: (target params, the frame ring or None)."""
+        target_params, ring = context
         buffer: replay.PrioritizedState = carry.buffer
         if config.prioritized:
             drawn = prioritized.sample(buffer, key, config.batch_size, config.importance_exponent)
             batch, weights = drawn.items, drawn.importance_weights
         else:
             batch, weights = replay.sample(buffer.buffer, key, config.batch_size), None
+        if ring is not None:  # stacked frames: rebuild the observations; overwritten frames weigh 0
+            intact = frames.valid(ring, batch.frames)
+            weights = intact.astype(jnp.float32) * (1.0 if weights is None else weights)
+            k = obs_shape[-1]
+            batch = Transition(frames.stacks(ring, batch.frames[:, :k]), batch.action, batch.reward,
+                               frames.stacks(ring, batch.frames[:, 1:]), batch.terminated)
         params, opt_state, stats = gradient_step(carry.params, carry.opt_state, target_params, batch, weights)
         if config.prioritized:  # new priorities |δ| + ε_p, δ from this step's loss (before its update), as PER
-            buffer = prioritized.update_priorities(buffer, drawn.slots, stats.td_abs + eps_p, alpha)
+            priority = stats.td_abs + eps_p
+            if ring is not None:
+                priority = jnp.where(intact, priority, 0.0)  # never drawn again
+            buffer = prioritized.update_priorities(buffer, drawn.slots, priority, alpha)
         return _Carry(params, opt_state, buffer, _add_stats(carry.sums, stats, weights))
 
     def learn_step(learner: LearnerState, step: Step) -> tuple[LearnerState, dict[str, jax.Array]]:
         """Store one env step of N envs (`step`, leaves [N, ...]) and take the gradient steps it makes due."""
         key, learn_key = jax.random.split(learner.key)
-        items = Transition(
-            obs=jnp.asarray(step.obs, jnp.float32),
-            action=jnp.asarray(step.action, jnp.int32),
-            reward=jnp.asarray(step.reward, jnp.float32),
-            next_obs=jnp.asarray(step.next_obs, jnp.float32),
-            terminated=jnp.asarray(step.terminated, jnp.bool_),
-        )
+        action, reward = jnp.asarray(step.action, jnp.int32), jnp.asarray(step.reward, jnp.float32)
+        terminated = jnp.asarray(step.terminated, jnp.bool_)
+        if stacked:  # step.obs: the frame numbers `learn` put there
+            items = FrameTransition(step.obs, action, reward, terminated)
+        else:
+            items = Transition(jnp.asarray(step.obs, jnp.float32), action, reward,
+                               jnp.asarray(step.next_obs, jnp.float32), terminated)
         actor_priority = jnp.abs(jnp.asarray(step.priority, jnp.float32))
         initial = actor_priority + eps_p if config.prioritized else jnp.ones_like(actor_priority)
         buffer = prioritized.add(learner.buffer, items, initial, alpha)
@@ -463,8 +508,8 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
 
         learning, num_grad = gradient_steps_due(config, env_steps_tm1, env_steps_t)
         carry = _run_gradient_steps(
-            replay_step, _Carry(learner.params, learner.opt_state, buffer, _zero_sums()), learner.target_params,
-            num_grad, learn_key, grad_slots,
+            replay_step, _Carry(learner.params, learner.opt_state, buffer, _zero_sums()),
+            (learner.target_params, learner.frames), num_grad, learn_key, grad_slots,
         )
         due = target_update_due(config, learning, env_steps_tm1, env_steps_t)
         target_params = update_target(config, due, carry.params, learner.target_params)
@@ -484,13 +529,22 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
             key=key,
             env_steps=env_steps_t,
             gradient_steps=learner.gradient_steps + num_grad,
+            frames=learner.frames,
         )
         return new_learner, metrics
+
+    def learn(learner: LearnerState, steps: Step) -> tuple[LearnerState, dict[str, jax.Array]]:
+        """A fragment: its new frames into the ring first (stacked frames), then step by step."""
+        if stacked:
+            ring, numbers = frames.add_fragment(learner.frames, steps.obs, steps.next_obs,
+                                                steps.terminated | steps.truncated)
+            learner, steps = learner._replace(frames=ring), steps._replace(obs=numbers, next_obs=None)
+        return per_step(learn_step)(learner, steps)
 
     def policy(learner: LearnerState) -> Any:
         return learner.params
 
     return ActorLearner(
-        init=init, learn=per_step(learn_step), policy=policy, acting=make_acting(config, spec), num_envs=num_envs,
+        init=init, learn=learn, policy=policy, acting=make_acting(config, spec), num_envs=num_envs,
         steps_per_env=config.num_updates,
     )
