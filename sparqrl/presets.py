@@ -30,6 +30,10 @@ class Preset:
     fields: Mapping[str, Any]
 
 
+def _atari(env: str) -> bool:
+    return env.startswith("gym:ALE/")  # (`envs.atari.is_atari` without importing Gymnasium)
+
+
 PRESETS: tuple[Preset, ...] = (
     Preset(
         name="ppo-minatar", algo="ppo", matches=lambda env: env.endswith("-MinAtar"), family="gymnax MinAtar (*-MinAtar)",
@@ -47,7 +51,7 @@ PRESETS: tuple[Preset, ...] = (
                 "normalize_reward": True},
     ),
     Preset(
-        name="ppo-atari", algo="ppo", matches=lambda env: env.startswith("gym:ALE/"), family="Atari (gym:ALE/NAME)",
+        name="ppo-atari", algo="ppo", matches=_atari, family="Atari (gym:ALE/NAME)",
         source="the PPO paper's Atari settings (Schulman et al. 2017, Table 5: 8 actors x 128 steps, Adam 2.5e-4 "
                "annealed, clip 0.1, entropy 0.01) as OpenAI Baselines' ppo2 runs them (4 epochs of 4 minibatches, "
                "value coefficient 0.5), on the Nature CNN (its 512-unit layer, relu)",
@@ -57,7 +61,7 @@ PRESETS: tuple[Preset, ...] = (
                 "normalize_obs": False, "normalize_reward": False},
     ),
     Preset(
-        name="impala-atari", algo="impala", matches=lambda env: env.startswith("gym:ALE/"),
+        name="impala-atari", algo="impala", matches=_atari,
         family="Atari (gym:ALE/NAME)",
         source="IMPALA's Atari settings (Espeholt et al. 2018, Table G.1: unroll 20, learning rate 6e-4 annealed, "
                "entropy 0.01, baseline cost 0.5, gradient clip 40; Adam here for its RMSProp), on the Nature CNN "
@@ -66,7 +70,7 @@ PRESETS: tuple[Preset, ...] = (
                 "vf_coef": 0.5, "max_grad_norm": 40.0, "hidden": (512,), "activation": "relu", "torso": "auto"},
     ),
     Preset(
-        name="dqn-atari", algo="dqn", matches=lambda env: env.startswith("gym:ALE/"), family="Atari (gym:ALE/NAME)",
+        name="dqn-atari", algo="dqn", matches=_atari, family="Atari (gym:ALE/NAME)",
         source="the Nature DQN's network and batch (Mnih et al. 2015: 32, a gradient step every 4 agent steps), "
                "Double DQN, Adam 1e-4, a 100k-transition replay stored frame by frame (~1 GB; Nature: 1M), with "
                "Ape-X's prioritized replay and per-slot epsilons",

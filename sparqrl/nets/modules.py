@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, ClassVar, NamedTuple, Sequence
 
 import distrax
 import flax.linen as nn
@@ -137,27 +137,30 @@ class ConvFeatures(nn.Module):
         return conv_features(x, self.kind, self.activation)
 
 
-class MinAtarCNN(nn.Module):
-    """Conv(16, 3x3) over a [..., 10, 10, C] grid, then the MLP (the MinAtar baseline network)."""
+class _ConvTorso(nn.Module):
+    """`CONV_LAYERS[KIND]`, then the MLP. Subclasses only name the kind: a torso's parameters are named after
+    its class ('MinAtarCNN_0', 'NatureCNN_0'), so each kind keeps a class of its own."""
 
+    KIND: ClassVar[str] = ""
     hidden: Sequence[int]
     activation: str = "relu"
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        return MLP(self.hidden, self.activation, obs_ndim=1)(conv_features(x, "minatar", self.activation))
+        return MLP(self.hidden, self.activation, obs_ndim=1)(conv_features(x, self.KIND, self.activation))
 
 
-class NatureCNN(nn.Module):
+class MinAtarCNN(_ConvTorso):
+    """Conv(16, 3x3) over a [..., 10, 10, C] grid, then the MLP (the MinAtar baseline network)."""
+
+    KIND: ClassVar[str] = "minatar"
+
+
+class NatureCNN(_ConvTorso):
     """The Nature DQN torso (Mnih et al. 2015) over [..., H, W, C] frames of 0..255: Conv(32, 8x8, stride 4),
     Conv(64, 4x4, stride 2), Conv(64, 3x3, stride 1), then the MLP (Nature: one layer of 512)."""
 
-    hidden: Sequence[int]
-    activation: str = "relu"
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return MLP(self.hidden, self.activation, obs_ndim=1)(conv_features(x, "nature", self.activation))
+    KIND: ClassVar[str] = "nature"
 
 
 CNN_TORSOS = {"minatar": MinAtarCNN, "nature": NatureCNN}
@@ -179,6 +182,14 @@ def make_torso(obs_shape: tuple[int, ...], hidden: Sequence[int], activation: st
     if cnn is not None:
         return CNN_TORSOS[cnn](tuple(hidden), activation)
     return MLP(tuple(hidden), activation, obs_ndim=len(obs_shape))
+
+
+def as_images(torso: nn.Module, x: jax.Array, obs_shape: tuple[int, ...]) -> jax.Array:
+    """A CNN torso's input as images [..., *obs_shape]: flattened observations [..., d] (how host actors' chain
+    checks and `base.forward` pass them) are reshaped back; images and MLP inputs pass unchanged."""
+    if isinstance(torso, MLP) or tuple(x.shape[-len(obs_shape):]) == tuple(obs_shape):
+        return x
+    return x.reshape(x.shape[:-1] + tuple(obs_shape))
 
 
 class Features(NamedTuple):
@@ -252,9 +263,7 @@ class ActorBranch(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         torso = make_torso(self.obs_shape, self.hidden, self.activation, self.torso)
-        if not isinstance(torso, MLP):  # a CNN: back to images
-            x = x.reshape(x.shape[:-1] + tuple(self.obs_shape))
-        return dense(self.action_dim, gain=0.01)(torso(x))
+        return dense(self.action_dim, gain=0.01)(torso(as_images(torso, x, self.obs_shape)))
 
 
 def actor_branch_params(variables: Any) -> Any:
@@ -275,6 +284,4 @@ class QNetwork(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         torso = make_torso(self.obs_shape, self.hidden, self.activation)
-        if not isinstance(torso, MLP) and tuple(obs.shape[-len(self.obs_shape):]) != tuple(self.obs_shape):
-            obs = obs.reshape(obs.shape[:-1] + tuple(self.obs_shape))  # flat (host actors' checks): back to images
-        return nn.Dense(self.action_dim)(torso(obs))
+        return nn.Dense(self.action_dim)(torso(as_images(torso, obs, self.obs_shape)))
