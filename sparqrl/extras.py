@@ -26,6 +26,7 @@ EXTRAS: dict[str, str] = {
     "imageio_ffmpeg": "video",
     "pygame": "video",
     "cv2": "atari",  # opencv-python-headless: AtariPreprocessing's resize
+    "envpool": "envpool",  # --env-backend envpool (Atari)
 }
 """Top-level module -> the extra that installs it."""
 

@@ -107,3 +107,11 @@ def test_settings_central_inference_refuses(tmp_path):
         train("dqn", dqn.Config(total_timesteps=400, learning_starts=100),
               RunConfig(env=ENV, out=str(tmp_path / "b"), inference="central"))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_dqn_with_uniform_replay_takes_central_inference(tmp_path):
+    """Without prioritized replay, DQN's actors compute nothing with their own copy: the server acts for them."""
+    run = RunConfig(env=ENV, out=str(tmp_path / "c"), inference="central", eval_every=0, eval_episodes=2,
+                    progress=False, energy=False)
+    summary = train("dqn", dqn.Config(total_timesteps=400, learning_starts=100, prioritized=False), run)
+    assert summary["inference"] == "central" and summary["steps"] == 400

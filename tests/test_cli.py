@@ -53,7 +53,8 @@ BIG = "100000000000"
         (["train", "dqn", "--env", "gym:CartPole-v1", "--actors", "0"], ["actors", "0"]),
         (["train", "dqn", "--env", "gym:CartPole-v1", "--ray-address", "auto", "--backend", "inline"],
          ["ray_address", "ray backend"]),
-        (["train", "dqn", "--seeds", "8", "--set", "buffer_size=2000000000"], ["GiB", "buffer_size"]),
+        (["train", "dqn", "--seeds", "8", "--steps", "2000000000", "--set", "buffer_size=2000000000"],
+             ["GiB", "buffer_size"]),  # (a buffer is capped at the run's transitions: a long run needs it)
         (["train", "ppo", "--seeds", "65536", "--set", "hidden=4096,4096"], ["GiB", "65536 seed(s)"]),
         (["eval", "/nonexistent/run"], ["DIR", "/nonexistent/run"]),
         (["eval", "/nonexistent/run", "--episodes", "many"], ["--episodes", "many"]),

@@ -228,11 +228,11 @@ def test_vmapped_seeds_equal_separate_runs_and_differ(small_runs):
         state, m = single(key)
         for name in m:
             np.testing.assert_allclose(np.asarray(metrics[name][i]), np.asarray(m[name]), rtol=1e-5, atol=1e-5, err_msg=name)
-        np.testing.assert_array_equal(np.asarray(states.buffer.storage.action[i]), np.asarray(state.buffer.storage.action))
+        np.testing.assert_array_equal(np.asarray(states.learner.buffer.storage.action[i]), np.asarray(state.learner.buffer.storage.action))
     # The key reaches everything (not PureJaxRL's fixed dummy key): seeds differ in init and acting.
-    k0 = jax.tree.leaves(states.params)[0]
+    k0 = jax.tree.leaves(states.learner.params)[0]
     assert not np.allclose(np.asarray(k0[0]), np.asarray(k0[1]))
-    assert not np.array_equal(np.asarray(states.buffer.storage.action[0]), np.asarray(states.buffer.storage.action[1]))
+    assert not np.array_equal(np.asarray(states.learner.buffer.storage.action[0]), np.asarray(states.learner.buffer.storage.action[1]))
 
 
 def test_training_loop_counters_and_metrics(small_runs):
@@ -240,9 +240,9 @@ def test_training_loop_counters_and_metrics(small_runs):
     assert algo.env_steps_per_update == 4 and algo.num_updates == 300
     np.testing.assert_array_equal(np.asarray(states.env_steps), 1_200)
     # train_interval means env steps: 1200 // 3 - (first learning update's start) // 3 gradient steps.
-    np.testing.assert_array_equal(np.asarray(states.gradient_steps), SMALL.num_gradient_steps)
+    np.testing.assert_array_equal(np.asarray(states.learner.gradient_steps), SMALL.num_gradient_steps)
     assert SMALL.num_gradient_steps == 1200 // 3 - 196 // 3
-    np.testing.assert_array_equal(np.asarray(states.buffer.size), 500)
+    np.testing.assert_array_equal(np.asarray(states.learner.buffer.size), 500)
     assert metrics["loss"].shape == (3, 300)
     loss = np.asarray(metrics["loss"])
     assert np.all(loss[:, :49] == 0.0) and np.all(loss[:, 49:] > 0.0)  # learning from env step 200 on
@@ -252,7 +252,7 @@ def test_training_loop_counters_and_metrics(small_runs):
     assert np.asarray(metrics[EPISODE_RETURN_SUM]).sum() > 0
     # The stored next_obs is the pre-reset final_obs: on terminated rows CartPole is out of bounds
     # (|x| > 2.4 or |theta| > 12 degrees), not a fresh reset observation near 0.
-    stored = jax.tree.map(lambda x: np.asarray(x[0]), states.buffer.storage)
+    stored = jax.tree.map(lambda x: np.asarray(x[0]), states.learner.buffer.storage)
     assert stored.terminated.any() and not stored.terminated.all()
     ended = stored.next_obs[stored.terminated]
     assert np.all((np.abs(ended[:, 0]) > 2.4) | (np.abs(ended[:, 2]) > 12 * 2 * np.pi / 360))
@@ -273,6 +273,22 @@ def test_act_is_greedy_for_one_observation(small_runs, cartpole):
     np.testing.assert_array_equal(np.asarray(got), want)
 
 
+def test_on_device_runs_the_one_learner_with_ape_x_parts_when_asked(cartpole):
+    """The on-device runner drives `make_actor_learner`'s learner: asked for them, it replays by priority (the
+    initial priorities are the acting policy's |TD errors|, not ones) and explores with Ape-X's per-slot epsilons."""
+    config = dataclasses.replace(SMALL, prioritized=True, exploration="apex")
+    algo = dqn.make_algorithm(config, cartpole)
+    state, metrics = jax.jit(make_train_fn(algo))(jax.random.key(0))
+    weights = np.asarray(state.learner.buffer.weights)
+    assert weights.shape == (500,) and np.all(weights > 0) and np.unique(weights).size > 100
+    assert "epsilon" not in metrics and np.asarray(metrics["is_weight_min"])[-1] < 1.0
+    assert int(state.learner.gradient_steps) == config.num_gradient_steps
+    # Left alone: PureJaxRL's DQN on device, Ape-X's on the actor-learner runner; what is set is kept.
+    device, host = dqn.Config().for_runner(on_device=True), dqn.Config().for_runner(on_device=False)
+    assert (device.prioritized, device.exploration, host.prioritized, host.exploration) == (False, "schedule", True, "apex")
+    assert config.for_runner(on_device=True) == config
+
+
 # ---- learning ------------------------------------------------------------------------------
 
 
@@ -290,3 +306,11 @@ def test_dqn_learns_cartpole(cartpole):
     per_seed = np.asarray(returns).mean(axis=1)
     print("DQN CartPole-v1 greedy return per seed:", per_seed, "mean", per_seed.mean())
     assert per_seed.mean() >= 400
+
+
+def test_the_replay_is_never_larger_than_the_run_stores(cartpole):
+    """buffer_size is capped at the run's transitions per seed (num_updates x num_envs), on both runners."""
+    config = dqn.Config(total_timesteps=1_003, num_envs=4, buffer_size=10_000, batch_size=16)
+    assert config.replay_capacity == 1_000 and dqn.Config().replay_capacity == 10_000
+    shapes = jax.eval_shape(dqn.make_algorithm(config, cartpole).init, jax.random.key(0))
+    assert shapes.learner.buffer.storage.obs.shape == (1_000, 4)

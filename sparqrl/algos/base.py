@@ -234,6 +234,8 @@ class ActorLearner(NamedTuple):
     steps_per_env                             the run's budget: env steps per environment of one seed
                                               (all actors' fragments together), i.e. total / N
     fragment_steps                            T the learner needs (PPO: its num_steps); 0: any (the run's)
+    for_fragments(T) -> ActorLearner          the same learner with its stores sized for the run's fragments of
+                                              T env steps (DQN on Atari: its frame ring); None: T changes nothing
     on_policy                                 True: a fragment acted with a policy more than the run's
                                               `max_lag` learner updates old is dropped and counted, never
                                               learned from (PPO); False: any age (replay)
@@ -247,6 +249,7 @@ class ActorLearner(NamedTuple):
     steps_per_env: int
     summary: dict[str, Any] = {}
     fragment_steps: int = 0
+    for_fragments: Callable[[int], "ActorLearner"] | None = None
     on_policy: bool = False
 
 
@@ -321,8 +324,11 @@ def on_device(al: ActorLearner, env: Env, fragment_steps: int, num_updates: int)
         discounted = state.discounted_return
         if acting.return_gamma is not None:
             discounted = acting.return_gamma * discounted + reward
-        row = Step(state.obs, action, reward, out.final_obs.astype(jnp.float32), out.terminated, out.truncated,
+        final_obs = out.final_obs.astype(jnp.float32)
+        row = Step(state.obs, action, reward, final_obs, out.terminated, out.truncated,
                    extra, jnp.ones(n, jnp.float32), discounted if acting.return_gamma is not None else None)
+        if acting.priority is not None:  # Ape-X's initial priorities, from the acting policy (the learner's)
+            row = row._replace(priority=acting.priority(forward(acting, policy_params, final_obs, obs_ndim), row))
         discounted = jnp.where(out.terminated | out.truncated, 0.0, discounted)
         state = state._replace(env_state=out.state, obs=out.obs.astype(jnp.float32), discounted_return=discounted,
                                env_steps=state.env_steps + n)

@@ -29,7 +29,8 @@ import numpy as np
 from sparqrl import quant
 from sparqrl.algos import get_algorithm
 from sparqrl.algos.base import ActorLearner, Step, observe
-from sparqrl.envs import HostVecEnv, host_spec
+from sparqrl.envs import host_spec
+from sparqrl.envs.gym_env import make_vec_env
 from sparqrl.envs.custom import import_modules
 from sparqrl.runners.inference import CentralPolicy, InferenceServer, remote_act
 
@@ -81,6 +82,7 @@ class ActorSpec(NamedTuple):
     imports: tuple[str, ...] = ()  # the run's `--import` modules: a Ray worker imports them before the env
     inference: str = "actor"  # "actor": each actor runs its copy; "central": `sparqrl.runners.inference`
     deadline_ms: float = 2.0  # central inference: the longest a batch waits for the other actors' requests
+    env_backend: str = "gymnasium"  # what steps the host envs (`gym_env.make_vec_env`)
 
 
 
@@ -99,7 +101,7 @@ class Actor:
         acting, n = al.acting, al.num_envs
         self.spec, self.actor_id, self.incarnation = spec, actor_id, incarnation
         self.shape = (spec.seeds, n)
-        self.envs = HostVecEnv(spec.env, spec.seeds * n)
+        self.envs = make_vec_env(spec.env, spec.seeds * n, backend=spec.env_backend)
         # Reseeded by place, incarnation and resume count: a replacement never replays its predecessor.
         base = spec.seed + 1000 * (1 + actor_id) + 100_000 * incarnation + 10_000_000 * reseed
         self.obs = self._split(self.envs.reset(base))

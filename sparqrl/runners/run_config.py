@@ -91,6 +91,10 @@ class RunConfig:
     """Collect requests in flight per actor: bounds the data waiting for the learner (backpressure). None: 1
     with the inline back-end (it runs requests one at a time, so a second one would only make the data a
     version older) and 2 with ray (an actor steps its next fragment while the learner learns)."""
+    env_backend: Literal["gymnasium", "envpool"] = "gymnasium"
+    """What steps the actors' host environments: gymnasium (Gymnasium's vector env, every gym:NAME) or envpool
+    (EnvPool's C++ thread pool, Atari games only, with the same preprocessing; the envpool extra). Evaluation
+    always runs on Gymnasium."""
     inference: Literal["actor", "central"] = "actor"
     """Where actions are computed: actor (each actor runs its own policy copy, in actor_precision) or central
     (SEED RL: actors only step environments and send observations; one server answers all of them with a
@@ -140,6 +144,9 @@ class RunConfig:
         cfg.one_of("quant_granularity", self.quant_granularity, ("channel", "tensor"))
         cfg.one_of("backend", self.backend, ("auto", "inline", "ray"))
         cfg.one_of("inference", self.inference, ("actor", "central"))
+        cfg.one_of("env_backend", self.env_backend, ("gymnasium", "envpool"))
+        cfg.require(self.env_backend == "gymnasium" or self.env.startswith("gym:ALE/"), "env_backend",
+                    self.env_backend, f"steps Atari games only (gym:ALE/NAME-v5); env {self.env} runs on gymnasium")
         cfg.require(self.inference == "actor" or self.actor_precision == "fp32", "actor_precision",
                     self.actor_precision, "must be fp32 with inference=central (the server runs the learner's fp32 "
                     "policy; quantized copies are for actors that run their own)")

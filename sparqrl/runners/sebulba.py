@@ -67,6 +67,8 @@ class Prepared:
         self.config = algo_config.validate(self.spec)
         self.al: ActorLearner = module.make_actor_learner(self.config, self.spec)
         self.T = resolve_fragment_steps(algo_name, self.al, run)
+        if self.al.for_fragments is not None:
+            self.al = self.al.for_fragments(self.T)
         cfg.require(run.inference == "actor" or self.al.acting.priority is None, "inference", run.inference,
                     f"is not available for {algo_name}: its actors compute Ape-X priorities with their own policy "
                     "copy, and with central inference they hold none (use inference=actor)")
@@ -102,6 +104,10 @@ def check_extras(run: RunConfig) -> None:
     """The extras a run's actors need, before it starts (loading its policy needs neither)."""
     if run.actor_precision == "int8":
         need_installed("onnxruntime", "actor_precision=int8 (ONNX Runtime's integer kernels)")
+    if run.env_backend == "envpool":
+        from sparqrl.envs.envpool_env import task_id
+
+        task_id(run.env)  # installed, and has the game
     if run.resolved_backend == "ray":
         need_installed("ray", f"backend=ray ({run.actors} actors)")
         cfg.require(not is_local(run.env), "env", run.env, "is an object of this process, which Ray's actor "
@@ -165,7 +171,7 @@ class SebulbaDriver:
         self.counts = {"versions": 0, "lag_sum": 0.0, "fragments": 0, "order_violations": 0, "nbytes": 0, "dropped": 0}
         self.max_lag = run.resolved_max_lag if p.al.on_policy else None
         self.spec = ActorSpec(algo_name, p.config, run.env, run.seeds, run.actors, self.T, run.seed, run.imports,
-                              run.inference, run.inference_deadline_ms)
+                              run.inference, run.inference_deadline_ms, run.env_backend)
         self.learn_fragment = _learn_fragment(p.al)
         self.pool = None
         self.learner = None

@@ -1,12 +1,12 @@
-"""DQN and Double DQN (Mnih et al. 2015; van Hasselt et al. 2016): on device with uniform replay, and on
-the actor-learner runner Ape-X style (Horgan et al. 2018: per-slot epsilon, actor priorities, PER)."""
+"""DQN and Double DQN (Mnih et al. 2015; van Hasselt et al. 2016): one learner for both runners, by default
+with uniform replay and an epsilon schedule on device and Ape-X style on the actor-learner runner (Horgan et
+al. 2018: per-slot epsilon, actor priorities, PER)."""
 
 from __future__ import annotations
 
 from sparqrl.algos.dqn.config import Config
 from sparqrl.algos.dqn.losses import apex_priority, chosen_q, q_target, td_loss, weighted_td_loss
 from sparqrl.algos.dqn.train import (
-    DQNState,
     LearnerState,
     Transition,
     apex_epsilons,
@@ -19,7 +19,7 @@ from sparqrl.algos.dqn.train import (
 )
 
 __all__ = [
-    "Config", "DQNState", "LearnerState", "Transition", "apex_epsilons", "apex_priority", "chosen_q",
+    "Config", "LearnerState", "Transition", "apex_epsilons", "apex_priority", "chosen_q",
     "epsilon_greedy", "epsilon_schedule", "make_acting", "make_actor_learner", "make_algorithm", "make_train",
     "q_target", "td_loss", "weighted_td_loss",
 ]

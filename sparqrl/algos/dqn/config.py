@@ -16,6 +16,7 @@ from sparqrl.envs import Env, is_discrete
 # Kept as a Literal here (not imported from sparqrl.nets) so that reading the config, e.g. for the
 # CLI's help, does not import flax and distrax. The names are keys of `sparqrl.nets.modules.ACTIVATIONS`.
 Activation = Literal["relu", "tanh"]
+Exploration = Literal["auto", "schedule", "apex"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,11 +83,17 @@ class Config:
     max_grad_norm: float = 10.0
     """Clip gradients to this global norm; 0 turns clipping off."""
 
-    # ---- actor-learner runner only (host envs, Ape-X; Horgan et al. 2018, arXiv 1803.00933) ----
+    # ---- replay and exploration: Ape-X's on the actor-learner runner, PureJaxRL's on device ----
+    # (Horgan et al. 2018, arXiv 1803.00933). Both runners train the same learner; these pick its parts.
 
-    prioritized: bool = True
-    """Actor-learner runner: proportional prioritized replay with the actors' initial priorities (Ape-X);
-    False: uniform replay. The on-device runner always replays uniformly."""
+    prioritized: bool | None = None
+    """Proportional prioritized replay with the actors' initial priorities (Ape-X); False: uniform replay.
+    None: prioritized on the actor-learner runner, uniform on device (PureJaxRL's)."""
+
+    exploration: Exploration = "auto"
+    """"schedule": every env acts epsilon-greedily with the linear schedule epsilon_start -> epsilon_finish;
+    "apex": Ape-X's fixed epsilon per env slot (apex_epsilon, apex_alpha); "auto": apex on the
+    actor-learner runner, schedule on device."""
 
     priority_exponent: float = 0.6
     """Prioritized replay's alpha: items are sampled with probability proportional to priority**alpha."""
@@ -99,13 +106,28 @@ class Config:
 
     apex_epsilon: float = 0.4
     """Ape-X exploration: env slot j of M (over all actors' envs) acts epsilon-greedily with
-    apex_epsilon ** (1 + apex_alpha * j / (M - 1)); the on-device runner uses the epsilon schedule."""
+    apex_epsilon ** (1 + apex_alpha * j / (M - 1))."""
 
     apex_alpha: float = 7.0
     """Ape-X exploration exponent (see apex_epsilon): slot epsilons span apex_epsilon to
     apex_epsilon ** (1 + apex_alpha)."""
 
     # ---- derived values -------------------------------------------------------------------
+
+    def for_runner(self, on_device: bool) -> "Config":
+        """`prioritized` and `exploration` resolved for a runner: uniform replay and the epsilon schedule
+        on device (PureJaxRL's DQN), Ape-X's prioritized replay and per-slot epsilons on the actor-learner
+        runner. Values already set are kept."""
+        return dataclasses.replace(
+            self,
+            prioritized=(not on_device) if self.prioritized is None else self.prioritized,
+            exploration=("schedule" if on_device else "apex") if self.exploration == "auto" else self.exploration,
+        )
+
+    @property
+    def replay_capacity(self) -> int:
+        """Transitions the replay holds: buffer_size, but never more than the run stores."""
+        return min(self.buffer_size, self.num_updates * self.num_envs)
 
     @property
     def env_steps_per_update(self) -> int:
@@ -182,7 +204,9 @@ class Config:
             "hidden", self.hidden, "must be a non-empty tuple of positive ints",
         )
         one_of("activation", self.activation, get_args(Activation))
-        require(isinstance(self.prioritized, bool), "prioritized", self.prioritized, "must be true or false")
+        require(self.prioritized is None or isinstance(self.prioritized, bool), "prioritized", self.prioritized,
+                "must be true, false or None (prioritized on the actor-learner runner, uniform on device)")
+        one_of("exploration", self.exploration, get_args(Exploration))
         require(
             self.priority_exponent >= 0, "priority_exponent", self.priority_exponent, "must be >= 0 (0 = uniform)"
         )

@@ -1,31 +1,32 @@
-"""DQN on both runners: `make_algorithm` (on device, uniform replay) and `make_actor_learner`
-(host environments, Ape-X: per-slot epsilon, actor-side priorities, prioritized replay).
+"""DQN: one learner (`make_actor_learner`) for both runners. The actor-learner runner feeds it the fragments
+its actors send from host environments; on device, `make_algorithm` feeds it one env step of all
+`num_envs` JAX environments per update (`base.on_device`), all in one compiled program.
 
-On device, one `update` steps every environment once (`env_steps_per_update = num_envs`), adds the
-`num_envs` transitions to the replay buffer, then takes the gradient steps and target update whose
-env-step intervals end within this update:
+The learner stores each row of N transitions, counts N env steps, then takes the gradient steps and target
+update whose env-step intervals end within them:
 
     gradient steps  = (env_steps_t // train_interval − env_steps_tm1 // train_interval)  once learning
     target update   if env_steps_t // target_update_interval > env_steps_tm1 // target_update_interval
 
-so every interval is in env steps and means what it says for any `num_envs`. Learning starts at
-`max(learning_starts, batch_size)` env steps. Both gates are `lockstep_cond`s (under vmap over seeds,
-whose counters move in lockstep, a skipped branch costs nothing).
+so every interval is in env steps and means what it says for any `num_envs` and any number of actors.
+Learning starts at `max(learning_starts, batch_size)` env steps. Both gates are loops of as many iterations
+as are due (under vmap over seeds, whose counters move in lockstep, a skipped gate costs nothing).
 
-Unlike PureJaxRL's `dqn.py`, the key given to `init` is threaded through everything (network init,
-resets, exploration, environment steps, replay sampling), so vmapped seeds really differ.
-
-The actor-learner (`sparqrl.algos.base.ActorLearner`; Horgan et al. 2018, arXiv 1803.00933):
+Replay and exploration (`Config.for_runner`): on device by default PureJaxRL's DQN (uniform replay, every env
+epsilon-greedy on the linear schedule); on the actor-learner runner Ape-X (Horgan et al. 2018, arXiv
+1803.00933):
 
 * actors act epsilon-greedily on their (possibly quantized) copy's Q-values with a fixed epsilon per
   env slot j of all M actor envs, ε_j = ε^(1 + α·j/(M − 1)) (ε = 0.4, α = 7; one slot: ε), and send
   with each step the initial priority |r + γ(1 − terminated)·max_a Q(s', a) − Q(s, a)| from that copy
   (one-step, as this DQN's target; Ape-X's is n-step);
-* the learner stores each row of N transitions with priorities (p + ε_p)^α_p, counts N env steps per
-  `learn` call (summed over all actors' envs of this seed) and gates gradient steps, target updates
-  and learning start on that count exactly as `update` does above. Each gradient step samples
-  P(i) ∝ p_i^α_p, weights the loss by the normalised importance weights (n·P(i))^−β, and sets the
-  sampled items' priorities to |δ| + ε_p (`sparqrl.replay.prioritized`).
+* the learner stores each row with priorities (p + ε_p)^α_p; each gradient step samples P(i) ∝ p_i^α_p,
+  weights the loss by the normalised importance weights (n·P(i))^−β, and sets the sampled items'
+  priorities to |δ| + ε_p (`sparqrl.replay.prioritized`).
+
+Either part can be chosen on either runner (`prioritized`, `exploration`), so one DQN compares across both.
+Unlike PureJaxRL's `dqn.py`, the key given to `init` is threaded through everything (network init, resets,
+exploration, environment steps, replay sampling), so vmapped seeds really differ.
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ import jax.numpy as jnp
 import optax
 
 from sparqrl import replay
-from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, episode_metrics, has_tracers, make_hparams_train_fn, per_step
+from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, has_tracers, make_hparams_train_fn, on_device, per_step
 from sparqrl.algos.dqn.config import Config
 from sparqrl.algos.dqn.losses import apex_priority, chosen_q, q_target, td_loss, weighted_td_loss
 from sparqrl.config import fail
 from sparqrl.envs import Env, action_dim
+from sparqrl.envs.core import HOST_PREFIX
 from sparqrl.nets.modules import QNetwork, torso_features
 from sparqrl.replay import frames, prioritized
 
@@ -57,10 +59,11 @@ class Transition(NamedTuple):
 
 
 FRAGMENT_STEPS = 10
-"""The fragment length the frame ring is sized for (the actor-learner runner's default for replay learners):
-each fragment's first stacks add K / T frames per transition. Shorter fragments fill the ring sooner, and
-the oldest transitions' frames are then overwritten before the transitions: those are sampled with weight 0
-and never again (`replay.frames.valid`)."""
+"""The fragment length T the frame ring is sized for unless told the run's (`ActorLearner.for_fragments`; the
+actor-learner runner's default for replay learners): each fragment's first stacks add K / T frames per
+transition. Shorter fragments than the ring was sized for fill it sooner, and the oldest transitions' frames
+are then overwritten before the transitions: those are sampled with weight 0 and never again
+(`replay.frames.valid`)."""
 
 
 class FrameTransition(NamedTuple):
@@ -72,29 +75,15 @@ class FrameTransition(NamedTuple):
     terminated: jax.Array  # bool []
 
 
-class DQNState(NamedTuple):
-    """The full training state of one seed (on-device runner)."""
-
-    params: Any  # online Q-network
-    target_params: Any  # target Q-network
-    opt_state: optax.OptState
-    buffer: replay.BufferState  # of Transition
-    env_state: Any  # [num_envs]
-    obs: jax.Array  # [num_envs, *obs_shape], the observations the next actions are taken on
-    key: jax.Array
-    env_steps: jax.Array  # int32 [], env steps so far, summed over environments
-    gradient_steps: jax.Array  # int32 []
-
-
 class LearnerState(NamedTuple):
-    """The actor-learner runner's learner of one seed (`make_actor_learner`)."""
+    """DQN's learner of one seed (`make_actor_learner`), on either runner."""
 
     params: Any  # online Q-network (what actors receive)
     target_params: Any  # target Q-network
     opt_state: optax.OptState
-    buffer: replay.PrioritizedState  # of Transition; its weights are unused with `prioritized=False`
+    buffer: Any  # of Transition: replay.PrioritizedState, or replay.BufferState with `prioritized=False`
     key: jax.Array
-    env_steps: jax.Array  # int32 [], env steps received, summed over all actors' envs of this seed
+    env_steps: jax.Array  # int32 [], env steps received, summed over all (actors') envs of this seed
     gradient_steps: jax.Array  # int32 []
     frames: Any = None  # `replay.frames.FrameRing` of stacked-frame observations (Atari; items: FrameTransition)
 
@@ -113,7 +102,7 @@ class _Carry(NamedTuple):
 
     params: Any
     opt_state: optax.OptState
-    buffer: Any  # replay.BufferState (on device) or replay.PrioritizedState (actor-learner)
+    buffer: Any  # replay.BufferState (uniform) or replay.PrioritizedState
     sums: _Sums
 
 
@@ -278,127 +267,27 @@ def _example_transition(observation_shape: tuple[int, ...]) -> Transition:
     )
 
 
-# ---- on-device runner ------------------------------------------------------------------------
-
-
-def make_algorithm(config: Config, env: Env) -> Algorithm:
-    """DQN for `env` (discrete actions). The config is checked here, on the host, before any tracing."""
-    if not has_tracers(config):
-        config.validate(env)
-    num_envs = config.num_envs
-    network = _q_network(config, env)
-    optimizer = make_optimizer(config)
-    epsilon = epsilon_schedule(config)
-    gradient_step = make_gradient_step(config, network, optimizer)
-    grad_slots = config.max_gradient_steps_per_update
-
-    def init(key: jax.Array) -> DQNState:
-        key, net_key, reset_key = jax.random.split(key, 3)
-        params = network.init(net_key, jnp.zeros(env.observation_shape, jnp.float32))
-        obs, env_state = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
-        return DQNState(
-            params=params,
-            target_params=params,
-            opt_state=optimizer.init(params),
-            buffer=replay.init(_example_transition(env.observation_shape), config.buffer_size),
-            env_state=env_state,
-            obs=obs,
-            key=key,
-            env_steps=jnp.zeros((), jnp.int32),
-            gradient_steps=jnp.zeros((), jnp.int32),
-        )
-
-    def replay_step(carry: _Carry, target_params: Any, key: jax.Array) -> _Carry:
-        batch = replay.sample(carry.buffer, key, config.batch_size)
-        params, opt_state, stats = gradient_step(carry.params, carry.opt_state, target_params, batch, None)
-        return _Carry(params, opt_state, carry.buffer, _add_stats(carry.sums, stats, None))
-
-    def update(state: DQNState) -> tuple[DQNState, dict[str, jax.Array]]:
-        key, explore_key, random_key, step_key, learn_key = jax.random.split(state.key, 5)
-
-        # Act: epsilon-greedy on the current observations of every environment.
-        eps = epsilon(state.env_steps)
-        action = epsilon_greedy(network.apply(state.params, state.obs), eps, explore_key, random_key)
-        out = jax.vmap(env.step)(jax.random.split(step_key, num_envs), state.env_state, action)
-        buffer = replay.add(
-            state.buffer, Transition(state.obs, action, out.reward, out.final_obs, out.terminated)
-        )
-        env_steps_tm1, env_steps_t = state.env_steps, state.env_steps + num_envs
-
-        # Learn: the gradient steps whose train_interval ends within this update, then the target.
-        learning, num_grad = gradient_steps_due(config, env_steps_tm1, env_steps_t)
-        carry = _run_gradient_steps(
-            replay_step, _Carry(state.params, state.opt_state, buffer, _zero_sums()), state.target_params,
-            num_grad, learn_key, grad_slots,
-        )
-        due = target_update_due(config, learning, env_steps_tm1, env_steps_t)
-        target_params = update_target(config, due, carry.params, state.target_params)
-
-        means = _means(carry.sums, num_grad)
-        metrics = {
-            **episode_metrics(out.info),
-            "loss": means["loss"],  # mean over this update's gradient steps; 0 if none
-            "q_mean": means["q_mean"],  # mean Q(s, a) of the replayed batches; 0 if none
-            "epsilon": jnp.asarray(eps, jnp.float32),
-        }
-        new_state = DQNState(
-            params=carry.params,
-            target_params=target_params,
-            opt_state=carry.opt_state,
-            buffer=buffer,
-            env_state=out.state,
-            obs=out.obs,
-            key=key,
-            env_steps=env_steps_t,
-            gradient_steps=state.gradient_steps + num_grad,
-        )
-        return new_state, metrics
-
-    def policy(state: DQNState) -> Any:
-        return state.params
-
-    def act(policy_params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
-        """Greedy action for ONE observation [*obs_shape] (the key is unused)."""
-        del key
-        return jnp.argmax(network.apply(policy_params, obs), axis=-1).astype(jnp.int32)
-
-    def sample(policy_params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
-        """Epsilon-greedy at the schedule's final epsilon, for ONE observation."""
-        explore_key, random_key = jax.random.split(key)
-        q = network.apply(policy_params, obs[None])
-        return epsilon_greedy(q, jnp.float32(config.epsilon_finish), explore_key, random_key)[0]
-
-    return Algorithm(
-        init=init,
-        update=update,
-        policy=policy,
-        act=act,
-        env_steps_per_update=config.env_steps_per_update,
-        num_updates=config.num_updates,
-        sample=sample,
-    )
-
-
-def make_train(config: Config, env: Env) -> Callable[[jax.Array], tuple[DQNState, dict[str, jax.Array]]]:
-    """The whole run as `train(key, hparams=None) -> (state, metrics [num_updates])` (`base.make_hparams_train_fn`)."""
-    return make_hparams_train_fn(make_algorithm, config.validate(env), env)
-
-
-# ---- actor-learner runner (host environments, Ape-X) -----------------------------------------
+# ---- the learner, its acting, and the on-device runner ------------------------------------------
 
 
 def make_acting(config: Config, spec: Any) -> Acting:
-    """How an actor acts (`sparqrl.algos.base.Acting`): Ape-X per-slot epsilon-greedy on the Q-values
-    [N, A] of its network copy; `extra` is Q(s, a) [N] of the chosen action under that copy, which
-    `priority` needs."""
+    """How an actor acts (`sparqrl.algos.base.Acting`): epsilon-greedy on the Q-values [N, A] of its network
+    copy, with the schedule's epsilon or Ape-X's per-slot ones (`Config.exploration`; "auto": Ape-X's);
+    `extra` is Q(s, a) [N] of the chosen action under that copy, which the Ape-X `priority` needs (only set
+    with prioritized replay)."""
+    config = config.for_runner(on_device=False)
     network = _q_network(config, spec)
+    epsilon = epsilon_schedule(config)
 
     def explore(
         raw: jax.Array, key: jax.Array, env_steps: jax.Array, slots: jax.Array, total_slots: int, aux: Any = None
     ) -> tuple[jax.Array, jax.Array]:
-        del env_steps, aux  # Ape-X's epsilons are fixed: no warm-up schedule
+        del aux
         q = raw.astype(jnp.float32)
-        eps = apex_epsilons(slots, total_slots, config.apex_epsilon, config.apex_alpha)
+        if config.exploration == "apex":  # fixed per slot: no warm-up schedule
+            eps = apex_epsilons(slots, total_slots, config.apex_epsilon, config.apex_alpha)
+        else:
+            eps = epsilon(env_steps)
         explore_key, random_key = jax.random.split(key)
         action = epsilon_greedy(q, eps, explore_key, random_key)
         return action, chosen_q(q, action)
@@ -422,33 +311,36 @@ def make_acting(config: Config, spec: Any) -> Acting:
         explore=explore,
         greedy=greedy,
         to_env=lambda action: action,
-        priority=priority,
+        priority=priority if config.prioritized else None,
         features=torso_features(tuple(spec.observation_shape), config.activation),
         evaluate=evaluate,
     )
 
 
-def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
-    """DQN for the actor-learner runner on a host env `spec` (`sparqrl.envs.gym_env.HostSpec`: name,
-    observation_shape, action_space). The config and spec are checked here, on the host."""
-    config.validate(spec)
-    from sparqrl.envs import atari  # (Gymnasium: host environments only)
-
+def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT_STEPS) -> ActorLearner:
+    """DQN's learner for a host env `spec` (`sparqrl.envs.gym_env.HostSpec`: name, observation_shape,
+    action_space) or a JAX env (`make_algorithm`); on Atari its frame ring is sized for fragments of
+    `fragment_steps` env steps. The config is checked here, before anything is traced."""
+    if not has_tracers(config):
+        config.validate(spec)
+    config = config.for_runner(on_device=False)
     obs_shape = tuple(spec.observation_shape)
-    stacked = atari.is_atari(spec.name)  # frame stacks: each frame stored once (`replay.frames`)
-    if len(obs_shape) != 1 and not stacked:
+    host = spec.name.startswith(HOST_PREFIX)
+    stacked = host and _is_atari(spec.name)  # frame stacks: each frame stored once (`replay.frames`)
+    if host and len(obs_shape) != 1 and not stacked:
         fail(
             "env", spec.name,
             f"dqn on the actor-learner runner needs flat observations or Atari's stacked frames (its replay would "
             f"hold every step's observation and next observation whole); env {spec.name} has observations of "
             f"shape {obs_shape} (ppo and impala train on them)",
         )
-    num_envs = config.num_envs
+    num_envs, capacity = config.num_envs, config.replay_capacity
     network = _q_network(config, spec)
     optimizer = make_optimizer(config)
     gradient_step = make_gradient_step(config, network, optimizer)
     grad_slots = config.max_gradient_steps_per_update
     alpha, eps_p = config.priority_exponent, config.priority_epsilon
+    epsilon = epsilon_schedule(config)
 
     def init(key: jax.Array) -> LearnerState:
         key, net_key = jax.random.split(key)
@@ -456,12 +348,12 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
         example, ring = _example_transition(obs_shape), None
         if stacked:
             example = FrameTransition(jnp.zeros((obs_shape[-1] + 1,), jnp.int32), *example[1:3], example.terminated)
-            ring = frames.init(frames.frames_for(config.buffer_size, FRAGMENT_STEPS, obs_shape[-1]), obs_shape[:2])
+            ring = frames.init(frames.frames_for(capacity, fragment_steps, obs_shape[-1]), obs_shape[:2])
         return LearnerState(
             params=params,
             target_params=jax.tree.map(jnp.copy, params),  # its own buffers: `learn` may be donated
             opt_state=optimizer.init(params),
-            buffer=prioritized.init(example, config.buffer_size),
+            buffer=prioritized.init(example, capacity) if config.prioritized else replay.init(example, capacity),
             key=key,
             env_steps=jnp.zeros((), jnp.int32),
             gradient_steps=jnp.zeros((), jnp.int32),
@@ -471,12 +363,11 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
     def replay_step(carry: _Carry, context: tuple[Any, Any], key: jax.Array) -> _Carry:
         """One gradient step; context: (target params, the frame ring or None)."""
         target_params, ring = context
-        buffer: replay.PrioritizedState = carry.buffer
         if config.prioritized:
-            drawn = prioritized.sample(buffer, key, config.batch_size, config.importance_exponent)
+            drawn = prioritized.sample(carry.buffer, key, config.batch_size, config.importance_exponent)
             batch, weights = drawn.items, drawn.importance_weights
         else:
-            batch, weights = replay.sample(buffer.buffer, key, config.batch_size), None
+            batch, weights = replay.sample(carry.buffer, key, config.batch_size), None
         if ring is not None:  # stacked frames: rebuild the observations; overwritten frames weigh 0
             intact = frames.valid(ring, batch.frames)
             weights = intact.astype(jnp.float32) * (1.0 if weights is None else weights)
@@ -484,6 +375,7 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
             batch = Transition(frames.stacks(ring, batch.frames[:, :k]), batch.action, batch.reward,
                                frames.stacks(ring, batch.frames[:, 1:]), batch.terminated)
         params, opt_state, stats = gradient_step(carry.params, carry.opt_state, target_params, batch, weights)
+        buffer = carry.buffer
         if config.prioritized:  # new priorities |δ| + ε_p, δ from this step's loss (before its update), as PER
             priority = stats.td_abs + eps_p
             if ring is not None:
@@ -491,9 +383,8 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
             buffer = prioritized.update_priorities(buffer, drawn.slots, priority, alpha)
         return _Carry(params, opt_state, buffer, _add_stats(carry.sums, stats, weights))
 
-    def learn_step(learner: LearnerState, step: Step) -> tuple[LearnerState, dict[str, jax.Array]]:
-        """Store one env step of N envs (`step`, leaves [N, ...]) and take the gradient steps it makes due."""
-        key, learn_key = jax.random.split(learner.key)
+    def store(buffer: Any, step: Step) -> Any:
+        """One row of N transitions into the replay (with the actors' priorities when prioritized)."""
         action, reward = jnp.asarray(step.action, jnp.int32), jnp.asarray(step.reward, jnp.float32)
         terminated = jnp.asarray(step.terminated, jnp.bool_)
         if stacked:  # step.obs: the frame numbers `learn` put there
@@ -501,9 +392,14 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
         else:
             items = Transition(jnp.asarray(step.obs, jnp.float32), action, reward,
                                jnp.asarray(step.next_obs, jnp.float32), terminated)
-        actor_priority = jnp.abs(jnp.asarray(step.priority, jnp.float32))
-        initial = actor_priority + eps_p if config.prioritized else jnp.ones_like(actor_priority)
-        buffer = prioritized.add(learner.buffer, items, initial, alpha)
+        if not config.prioritized:
+            return replay.add(buffer, items)
+        return prioritized.add(buffer, items, jnp.abs(jnp.asarray(step.priority, jnp.float32)) + eps_p, alpha)
+
+    def learn_step(learner: LearnerState, step: Step) -> tuple[LearnerState, dict[str, jax.Array]]:
+        """Store one env step of N envs (`step`, leaves [N, ...]) and take the gradient steps it makes due."""
+        key, learn_key = jax.random.split(learner.key)
+        buffer = store(learner.buffer, step)
         env_steps_tm1, env_steps_t = learner.env_steps, learner.env_steps + num_envs
 
         learning, num_grad = gradient_steps_due(config, env_steps_tm1, env_steps_t)
@@ -515,12 +411,15 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
         target_params = update_target(config, due, carry.params, learner.target_params)
 
         metrics = {
-            **_means(carry.sums, num_grad),  # loss, q_mean, td_abs_mean (new |δ| of the replayed items)
-            "actor_priority_mean": jnp.mean(actor_priority),  # actors' initial |δ| of this row
-            "is_weight_min": carry.sums.weight_min,  # smallest normalised importance weight; 1 if none
+            **_means(carry.sums, num_grad),  # loss, q_mean, td_abs_mean (|δ| of the replayed items)
             "buffer_size": carry.buffer.size.astype(jnp.float32),
             "gradient_steps": num_grad.astype(jnp.float32),  # taken in this call
         }
+        if config.prioritized:
+            metrics["actor_priority_mean"] = jnp.mean(jnp.abs(jnp.asarray(step.priority, jnp.float32)))
+            metrics["is_weight_min"] = carry.sums.weight_min  # smallest normalised importance weight; 1 if none
+        if config.exploration == "schedule":
+            metrics["epsilon"] = jnp.asarray(epsilon(env_steps_tm1), jnp.float32)  # what this row was acted with
         new_learner = LearnerState(
             params=carry.params,
             target_params=target_params,
@@ -547,4 +446,25 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
     return ActorLearner(
         init=init, learn=learn, policy=policy, acting=make_acting(config, spec), num_envs=num_envs,
         steps_per_env=config.num_updates,
+        for_fragments=(lambda t: make_actor_learner(config, spec, t)) if stacked else None,
     )
+
+
+def _is_atari(name: str) -> bool:
+    from sparqrl.envs import atari  # (Gymnasium: host environments only)
+
+    return atari.is_atari(name)
+
+
+def make_algorithm(config: Config, env: Env) -> Algorithm:
+    """DQN on device: the same learner, fed one env step of all `num_envs` JAX environments per update
+    (`base.on_device`); by default with uniform replay and the epsilon schedule (`Config.for_runner`)."""
+    if not has_tracers(config):
+        config.validate(env)
+    config = config.for_runner(on_device=True)
+    return on_device(make_actor_learner(config, env), env, 1, config.num_updates)
+
+
+def make_train(config: Config, env: Env) -> Callable[[jax.Array], tuple[Any, dict[str, jax.Array]]]:
+    """The whole run as `train(key, hparams=None) -> (state, metrics [num_updates])` (`base.make_hparams_train_fn`)."""
+    return make_hparams_train_fn(make_algorithm, config.validate(env), env)
