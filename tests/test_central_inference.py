@@ -74,9 +74,13 @@ def test_the_server_batches_requests_and_a_late_actor_waits_for_no_one():
 
     async def scenario():
         server = InferenceServer(spec, deadline_ms=50.0)
+        # Requests of version 4 that reach the server before the learner's load of it wait for the load.
+        early = asyncio.gather(*(server.act(i, obs[i], keys[i], 10, 4) for i in range(3)))
+        await asyncio.sleep(0.1)
+        assert not early.done() and server.stats()["batches"] == 0
         server.load(copy)
-        together = await asyncio.gather(*(server.act(i, obs[i], keys[i], 10) for i in range(3)))
-        alone = await server.act(1, obs[1], keys[1], 10)  # the others never come: served at the deadline
+        together = await early
+        alone = await server.act(1, obs[1], keys[1], 10, 4)  # the others never come: served at the deadline
         return server.stats(), together, alone
 
     stats, together, alone = asyncio.run(scenario())

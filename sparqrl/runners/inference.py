@@ -72,8 +72,10 @@ class CentralPolicy:
         pick = lambda i: jax.tree.map(lambda x: x[i], extra)  # noqa: E731
         return {i: (env_action[i], action[i], pick(i), self.version) for i in requests}
 
-    def act(self, actor_id: int, obs: np.ndarray, keys: np.ndarray, env_steps: int) -> Answer:
-        """One actor's request, answered at once (the inline back-end)."""
+    def act(self, actor_id: int, obs: np.ndarray, keys: np.ndarray, env_steps: int, version: int = 0) -> Answer:
+        """One actor's request, answered at once (the inline back-end, where the copy of `version` is loaded
+        before any request of it)."""
+        del version
         return self.answer({actor_id: (obs, keys, env_steps)})[actor_id]
 
 
@@ -92,12 +94,19 @@ class InferenceServer:
         self.batch = 0  # the number of the batch now filling (a deadline timer of an earlier one is void)
         self.served = 0  # batches answered, and the requests in them: the mean batch size
         self.requests = 0
+        self.loaded = asyncio.Event()  # set by each `load`
 
     def load(self, copy: Any) -> int:
         self.policy.load(copy)
+        self.loaded.set()
         return self.policy.version
 
-    async def act(self, actor_id: int, obs: np.ndarray, keys: np.ndarray, env_steps: int) -> Answer:
+    async def act(self, actor_id: int, obs: np.ndarray, keys: np.ndarray, env_steps: int, version: int) -> Answer:
+        """An actor's request, made holding the ticket of `version`. Ray orders no calls between two callers,
+        so the learner's `load` of that version can come after the request: it waits for it."""
+        while self.policy.version < version:
+            self.loaded.clear()
+            await self.loaded.wait()
         future = asyncio.get_running_loop().create_future()
         self.pending[actor_id] = ((obs, keys, env_steps), future)
         if len(self.pending) == self.policy.actors:

@@ -4,8 +4,8 @@
     learn(learner, steps [T, N])             -> (learner, metrics)             learner side, jitted
 
 `make_offpolicy` returns them as the actor-learner contract (`sparqrl.algos.base.ActorLearner`):
-* on device (Anakin): `on_device(...)` makes the `Algorithm` whose `update` is forward → explore →
-  env.step → learn, all in one program;
+* on device (Anakin): `base.on_device(..., fragment_steps=1)` makes the `Algorithm` whose `update` is
+  forward → explore → env.step → learn, all in one program;
 * on the host (Sebulba): actors run the policy network (in the precision they were given) and `explore`
   on its output and step host environments; the learner calls `learn` on each step it receives
   (`sparqrl.runners.sebulba`).
@@ -31,9 +31,9 @@ import numpy as np
 import optax
 
 from sparqrl import replay, returns, sparse
-from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, episode_metrics, explore_one, forward, per_step
+from sparqrl.algos.base import Acting, ActorLearner, Step, forward, per_step
 from sparqrl.algos.offpolicy.config import TOPOLOGY, OffPolicyConfig
-from sparqrl.envs import Env, action_dim
+from sparqrl.envs import action_dim
 from sparqrl.replay import dynamic, nstep
 
 StepMetrics = dict[str, tuple[jax.Array, jax.Array]]
@@ -61,14 +61,6 @@ class Learner(NamedTuple):
     env_steps: jax.Array  # int32 [], summed over environments
     gradient_steps: jax.Array  # int32 [] (training iterations)
     buffer_distance: jax.Array  # float32 [], the dynamic buffer's D at its latest check
-
-
-class OnDeviceState(NamedTuple):
-    """The on-device runner's state of one seed: the learner and the environments it steps."""
-
-    learner: Learner
-    env_state: Any  # [num_envs]
-    obs: jax.Array  # [num_envs, *obs_shape]
 
 
 class Agent(NamedTuple):
@@ -303,43 +295,3 @@ def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> ActorLear
         return agent.policy(learner.agent)
 
     return ActorLearner(init, per_step(learn_step), policy, acting, num_envs, config.num_updates, agent.summary)
-
-
-def on_device(al: ActorLearner, config: OffPolicyConfig, env: Env) -> Algorithm:
-    """The `Algorithm` of the on-device runner: forward → explore → step the JAX environments → learn."""
-    num_envs = config.num_envs
-    obs_ndim = len(env.observation_shape)
-    acting = al.acting
-
-    def init(key: jax.Array) -> OnDeviceState:
-        key, reset_key = jax.random.split(key)
-        obs, env_state = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
-        return OnDeviceState(al.init(key), env_state, obs.astype(jnp.float32))
-
-    def update(state: OnDeviceState) -> tuple[OnDeviceState, dict[str, jax.Array]]:
-        key, act_key, step_key = jax.random.split(state.learner.key, 3)
-        raw = forward(acting, al.policy(state.learner), state.obs, obs_ndim)
-        action, reference = acting.explore(raw, act_key, state.learner.env_steps)
-        out = jax.vmap(env.step)(jax.random.split(step_key, num_envs), state.env_state, acting.to_env(action))
-        step = Step(state.obs, action, out.reward, out.final_obs, out.terminated, out.truncated, reference,
-                    jnp.ones(num_envs, jnp.float32))
-        learner, metrics = al.learn(state.learner._replace(key=key), jax.tree.map(lambda x: x[None], step))
-        return OnDeviceState(learner, out.state, out.obs.astype(jnp.float32)), {**episode_metrics(out.info), **metrics}
-
-    def policy(state: OnDeviceState) -> Any:
-        return al.policy(state.learner)
-
-    def act(policy_params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
-        """Deterministic action for ONE observation [*obs_shape], in env units [|A|] (the key is unused)."""
-        del key
-        return acting.to_env(acting.greedy(forward(acting, policy_params, obs, obs_ndim)))
-
-    def sample(policy_params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
-        """The exploring action for ONE observation, past the warm-up, in env units [|A|]."""
-        return acting.to_env(explore_one(acting, forward(acting, policy_params, obs[None], obs_ndim), key))[0]
-
-    return Algorithm(
-        init=init, update=update, policy=policy, act=act,
-        env_steps_per_update=config.env_steps_per_update, num_updates=config.num_updates, summary=al.summary,
-        sample=sample,
-    )

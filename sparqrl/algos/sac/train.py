@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import optax
 
 from sparqrl import returns
-from sparqrl.algos.base import ActorLearner, Algorithm, has_tracers, make_hparams_train_fn
+from sparqrl.algos.base import ActorLearner, Algorithm, has_tracers, make_hparams_train_fn, on_device
 from sparqrl.algos.offpolicy import loop
 from sparqrl.algos.offpolicy.loop import Transition
 from sparqrl.algos.sac.config import Config
@@ -260,7 +260,7 @@ def make_algorithm(config: Config, env: Env) -> Algorithm:
     """SAC on device for `env` (continuous actions). The config is checked here, on the host, before any tracing."""
     if not has_tracers(config):
         config = config.validate(env)
-    return loop.on_device(loop.make_offpolicy(config, env, make_agent(config, env)), config, env)
+    return on_device(loop.make_offpolicy(config, env, make_agent(config, env)), env, 1, config.num_updates)
 
 
 def make_train(config: Config, env: Env) -> Callable[[jax.Array], tuple[Any, dict[str, jax.Array]]]:
