@@ -31,6 +31,7 @@ exploration, environment steps, replay sampling), so vmapped seeds really differ
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -339,7 +340,7 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
     optimizer = make_optimizer(config)
     gradient_step = make_gradient_step(config, network, optimizer)
     grad_slots = config.max_gradient_steps_per_update
-    alpha, eps_p = config.priority_exponent, config.priority_epsilon
+    replay_step = functools.partial(_replay_step, config, gradient_step)
     epsilon = epsilon_schedule(config)
 
     def init(key: jax.Array) -> LearnerState:
@@ -360,46 +361,10 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
             frames=ring,
         )
 
-    def replay_step(carry: _Carry, context: tuple[Any, Any], key: jax.Array) -> _Carry:
-        """One gradient step; context: (target params, the frame ring or None)."""
-        target_params, ring = context
-        if config.prioritized:
-            drawn = prioritized.sample(carry.buffer, key, config.batch_size, config.importance_exponent)
-            batch, weights = drawn.items, drawn.importance_weights
-        else:
-            batch, weights = replay.sample(carry.buffer, key, config.batch_size), None
-        if ring is not None:  # stacked frames: rebuild the observations; overwritten frames weigh 0
-            intact = frames.valid(ring, batch.frames)
-            weights = intact.astype(jnp.float32) * (1.0 if weights is None else weights)
-            k = obs_shape[-1]
-            batch = Transition(frames.stacks(ring, batch.frames[:, :k]), batch.action, batch.reward,
-                               frames.stacks(ring, batch.frames[:, 1:]), batch.terminated)
-        params, opt_state, stats = gradient_step(carry.params, carry.opt_state, target_params, batch, weights)
-        buffer = carry.buffer
-        if config.prioritized:  # new priorities |δ| + ε_p, δ from this step's loss (before its update), as PER
-            priority = stats.td_abs + eps_p
-            if ring is not None:
-                priority = jnp.where(intact, priority, 0.0)  # never drawn again
-            buffer = prioritized.update_priorities(buffer, drawn.slots, priority, alpha)
-        return _Carry(params, opt_state, buffer, _add_stats(carry.sums, stats, weights))
-
-    def store(buffer: Any, step: Step) -> Any:
-        """One row of N transitions into the replay (with the actors' priorities when prioritized)."""
-        action, reward = jnp.asarray(step.action, jnp.int32), jnp.asarray(step.reward, jnp.float32)
-        terminated = jnp.asarray(step.terminated, jnp.bool_)
-        if stacked:  # step.obs: the frame numbers `learn` put there
-            items = FrameTransition(step.obs, action, reward, terminated)
-        else:
-            items = Transition(jnp.asarray(step.obs, jnp.float32), action, reward,
-                               jnp.asarray(step.next_obs, jnp.float32), terminated)
-        if not config.prioritized:
-            return replay.add(buffer, items)
-        return prioritized.add(buffer, items, jnp.abs(jnp.asarray(step.priority, jnp.float32)) + eps_p, alpha)
-
     def learn_step(learner: LearnerState, step: Step) -> tuple[LearnerState, dict[str, jax.Array]]:
         """Store one env step of N envs (`step`, leaves [N, ...]) and take the gradient steps it makes due."""
         key, learn_key = jax.random.split(learner.key)
-        buffer = store(learner.buffer, step)
+        buffer = _store(config, stacked, learner.buffer, step)
         env_steps_tm1, env_steps_t = learner.env_steps, learner.env_steps + num_envs
 
         learning, num_grad = gradient_steps_due(config, env_steps_tm1, env_steps_t)
@@ -409,7 +374,6 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
         )
         due = target_update_due(config, learning, env_steps_tm1, env_steps_t)
         target_params = update_target(config, due, carry.params, learner.target_params)
-
         metrics = {
             **_means(carry.sums, num_grad),  # loss, q_mean, td_abs_mean (|δ| of the replayed items)
             "buffer_size": carry.buffer.size.astype(jnp.float32),
@@ -448,6 +412,49 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
         steps_per_env=config.num_updates,
         for_fragments=(lambda t: make_actor_learner(config, spec, t)) if stacked else None,
     )
+
+
+def _replay_step(config: Config, gradient_step: Callable, carry: _Carry, context: tuple[Any, Any],
+                 key: jax.Array) -> _Carry:
+    """One gradient step of the learner on a batch drawn from its replay (uniform or prioritized); context:
+    (target params, the frame ring or None). With prioritized replay the drawn items get the new
+    priorities |δ| + ε_p, δ from this step's loss (before its update), as PER."""
+    target_params, ring = context
+    if config.prioritized:
+        drawn = prioritized.sample(carry.buffer, key, config.batch_size, config.importance_exponent)
+        batch, weights = drawn.items, drawn.importance_weights
+    else:
+        batch, weights = replay.sample(carry.buffer, key, config.batch_size), None
+    if ring is not None:  # stacked frames: rebuild the observations; overwritten frames weigh 0
+        intact = frames.valid(ring, batch.frames)
+        weights = intact.astype(jnp.float32) * (1.0 if weights is None else weights)
+        k = batch.frames.shape[-1] - 1
+        batch = Transition(frames.stacks(ring, batch.frames[:, :k]), batch.action, batch.reward,
+                           frames.stacks(ring, batch.frames[:, 1:]), batch.terminated)
+    params, opt_state, stats = gradient_step(carry.params, carry.opt_state, target_params, batch, weights)
+    buffer = carry.buffer
+    if config.prioritized:
+        priority = stats.td_abs + config.priority_epsilon
+        if ring is not None:
+            priority = jnp.where(intact, priority, 0.0)  # never drawn again
+        buffer = prioritized.update_priorities(buffer, drawn.slots, priority, config.priority_exponent)
+    return _Carry(params, opt_state, buffer, _add_stats(carry.sums, stats, weights))
+
+
+def _store(config: Config, stacked: bool, buffer: Any, step: Step) -> Any:
+    """One row of N transitions into the replay (with the actors' priorities when prioritized); with stacked
+    frames, step.obs holds the frame numbers `learn` put there."""
+    action, reward = jnp.asarray(step.action, jnp.int32), jnp.asarray(step.reward, jnp.float32)
+    terminated = jnp.asarray(step.terminated, jnp.bool_)
+    if stacked:
+        items = FrameTransition(step.obs, action, reward, terminated)
+    else:
+        items = Transition(jnp.asarray(step.obs, jnp.float32), action, reward,
+                           jnp.asarray(step.next_obs, jnp.float32), terminated)
+    if not config.prioritized:
+        return replay.add(buffer, items)
+    priority = jnp.abs(jnp.asarray(step.priority, jnp.float32)) + config.priority_epsilon
+    return prioritized.add(buffer, items, priority, config.priority_exponent)
 
 
 def _is_atari(name: str) -> bool:
