@@ -16,7 +16,7 @@ from sparqrl.algos import dqn, impala, ppo
 from sparqrl.envs import host_spec
 from sparqrl.nets import ActorCritic, NatureCNN, cnn_kind
 from sparqrl.nets.modules import CONV_LAYERS
-from sparqrl.runners import RunConfig, train
+from sparqrl.runners import RunConfig, sebulba, train
 from sparqrl.runners.actors import ActorSpec, InlinePool, network_paths, quantized_copy
 
 pytest.importorskip("ale_py")
@@ -126,3 +126,19 @@ def test_dqn_replay_stores_each_atari_frame_once():
     item_bytes = sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(shapes.buffer.buffer.storage)) / 64
     frame_bytes = shapes.frames.frames.size / 64
     assert item_bytes < 64 and frame_bytes < 2 * 84 * 84  # vs 2 x 84 x 84 x 4 x 4 B for float obs and next_obs
+
+
+def test_dqn_frame_ring_is_sized_for_the_runs_fragments():
+    """Longer fragments write fewer first stacks: the runner's T sizes the ring (`ActorLearner.for_fragments`),
+    and a replay never holds more than the run's transitions."""
+    spec = host_spec(BREAKOUT)
+    config = dqn.Config(total_timesteps=1_000_000, buffer_size=100_000, num_envs=8).validate(spec)
+    al = dqn.make_actor_learner(config, spec)
+    rings = {t: jax.eval_shape(al.for_fragments(t).init, jax.random.PRNGKey(0)).frames.frames.shape[0]
+             for t in (10, 100)}
+    assert rings == {10: 144_001, 100: 108_001}  # 1 + 4 / T + 4 x 0.01 frames per transition
+    prepared = sebulba.Prepared("dqn", config, RunConfig(env=BREAKOUT, out="unused", fragment_steps=100))
+    assert prepared.learner_shape.frames.frames.shape[:2] == (1, 108_001)  # the runner passes its T
+    short = dqn.Config(total_timesteps=20_000, buffer_size=100_000, num_envs=8).validate(spec)
+    shapes = jax.eval_shape(dqn.make_actor_learner(short, spec).init, jax.random.PRNGKey(0))
+    assert shapes.buffer.buffer.storage.frames.shape[0] == 20_000 and shapes.frames.frames.shape[0] == 28_801
