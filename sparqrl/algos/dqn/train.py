@@ -238,12 +238,18 @@ def _run_gradient_steps(
     num_grad: jax.Array,
     key: jax.Array,
     max_steps: int,
+    unroll: bool = False,
 ) -> _Carry:
     """Take `num_grad` (<= max_steps, static) gradient steps: `replay_step(carry, context, key)` with the i-th
     of `max_steps` keys split from `key`; context: what the steps read besides the carry (the target params;
     the host learner adds its frame ring). A loop of num_grad iterations, not a scan of gated slots: see
     `update_target` for what a cond costs here."""
     keys = jax.random.split(key, max_steps)
+    if unroll:  # straight-line code, each step gated (see `base.per_step`: a CNN's gradient in a loop is slow)
+        for i in range(max_steps):
+            stepped = replay_step(carry, context, keys[i])
+            carry = jax.tree.map(lambda new, old: jnp.where(i < num_grad, new, old), stepped, carry)
+        return carry
     return jax.lax.fori_loop(0, num_grad, lambda i, c: replay_step(c, context, keys[i]), carry)
 
 
@@ -340,6 +346,7 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
     optimizer = make_optimizer(config)
     gradient_step = make_gradient_step(config, network, optimizer)
     grad_slots = config.max_gradient_steps_per_update
+    unroll = stacked and jax.default_backend() == "cpu"  # a CNN's gradient in a loop is slow on CPU (per_step)
     replay_step = functools.partial(_replay_step, config, gradient_step)
     epsilon = epsilon_schedule(config)
 
@@ -370,7 +377,7 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
         learning, num_grad = gradient_steps_due(config, env_steps_tm1, env_steps_t)
         carry = _run_gradient_steps(
             replay_step, _Carry(learner.params, learner.opt_state, buffer, _zero_sums()),
-            (learner.target_params, learner.frames), num_grad, learn_key, grad_slots,
+            (learner.target_params, learner.frames), num_grad, learn_key, grad_slots, unroll,
         )
         due = target_update_due(config, learning, env_steps_tm1, env_steps_t)
         target_params = update_target(config, due, carry.params, learner.target_params)
@@ -402,7 +409,7 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
             ring, numbers = frames.add_fragment(learner.frames, steps.obs, steps.next_obs,
                                                 steps.terminated | steps.truncated)
             learner, steps = learner._replace(frames=ring), steps._replace(obs=numbers, next_obs=None)
-        return per_step(learn_step)(learner, steps)
+        return per_step(learn_step, unroll)(learner, steps)
 
     def policy(learner: LearnerState) -> Any:
         return learner.params
