@@ -243,9 +243,10 @@ def _run_gradient_steps(
     """Take `num_grad` (<= max_steps, static) gradient steps: `replay_step(carry, context, key)` with the i-th
     of `max_steps` keys split from `key`; context: what the steps read besides the carry (the target params;
     the host learner adds its frame ring). A loop of num_grad iterations, not a scan of gated slots: see
-    `update_target` for what a cond costs here."""
+    `update_target` for what a cond costs here. `unroll`: all `max_steps` steps as straight-line code, the due
+    ones kept by a select (a CNN's gradient in any loop or cond body is several times slower on XLA's CPU)."""
     keys = jax.random.split(key, max_steps)
-    if unroll:  # straight-line code, each step gated (see `base.per_step`: a CNN's gradient in a loop is slow)
+    if unroll:
         for i in range(max_steps):
             stepped = replay_step(carry, context, keys[i])
             carry = jax.tree.map(lambda new, old: jnp.where(i < num_grad, new, old), stepped, carry)
