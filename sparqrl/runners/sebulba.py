@@ -131,11 +131,12 @@ def resume(rundir: RunDir, algo_name: str, algo_config: Any, run: RunConfig, *,
 
 def _learn_fragment(al: ActorLearner):
     """(learner [S], steps [T, S, N, ...]) -> (learner, per-seed metrics [S], means over the fragment)."""
+    cnn = al.acting.features is not None
 
     def learn(learner: Any, steps: Any) -> tuple[Any, dict]:
         steps = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), steps)  # [S, T, N, ...]
-        if jax.tree.leaves(steps)[0].shape[0] == 1:  # one seed: not vmapped (XLA's CPU runs a vmapped CNN's
-            # gradient ~2x slower: benchmarks/dqn_atari_learner.py --vmap)
+        if cnn and jax.tree.leaves(steps)[0].shape[0] == 1:  # one seed of a CNN learner: not vmapped (XLA's
+            # CPU runs a vmapped CNN's gradient ~2x slower: benchmarks/dqn_atari_learner.py --vmap)
             learner, metrics = al.learn(*jax.tree.map(lambda x: x[0], (learner, steps)))
             return jax.tree.map(lambda x: x[None], (learner, metrics))
         return jax.vmap(al.learn)(learner, steps)
