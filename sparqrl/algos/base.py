@@ -253,7 +253,7 @@ class ActorLearner(NamedTuple):
     on_policy: bool = False
 
 
-def per_step(learn_step: Callable[[Any, Step], tuple[Any, dict[str, jax.Array]]], unroll: bool = False,
+def per_step(learn_step: Callable[[Any, Step], tuple[Any, dict[str, jax.Array]]], unroll: bool = False
              ) -> Callable[[Any, Step], tuple[Any, dict[str, jax.Array]]]:
     """The fragment learner of a replay-based algorithm: `learn_step(learner, step [N])` (store one env step
     of N envs, take the gradient steps it makes due) scanned over the fragment's T steps in order; the
@@ -261,7 +261,7 @@ def per_step(learn_step: Callable[[Any, Step], tuple[Any, dict[str, jax.Array]]]
     gradient runs ~10x slower inside a loop body on XLA's CPU back-end, jax-ml/jax#12868)."""
 
     def learn(learner: Any, steps: Step) -> tuple[Any, dict[str, jax.Array]]:
-        learner, metrics = jax.lax.scan(learn_step, learner, steps, unroll=bool(unroll))
+        learner, metrics = jax.lax.scan(learn_step, learner, steps, unroll=unroll)
         return learner, {name: jnp.mean(value, axis=0) for name, value in metrics.items()}
 
     return learn

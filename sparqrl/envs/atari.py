@@ -52,7 +52,7 @@ from gymnasium.wrappers import (
 )
 
 from sparqrl.config import ConfigError, close_matches
-from sparqrl.envs.core import HOST_PREFIX
+from sparqrl.envs.core import HOST_PREFIX, is_atari  # noqa: F401  (is_atari: `atari.is_atari` for callers)
 
 NAMESPACE = "ALE/"
 WHAT = "Atari environments (gym:ALE/...)"
@@ -64,11 +64,6 @@ NOOP_MAX = 30
 FRAME_STACK = 4
 MAX_FRAMES = 108_000  # 30 minutes at 60 Hz, as v5 (max_num_frames_per_episode)
 MAX_EPISODE_STEPS = MAX_FRAMES // FRAME_SKIP  # 27,000 agent steps
-
-
-def is_atari(name: str) -> bool:
-    """Whether `name` is a `gym:ALE/...` id (built by `make_atari`)."""
-    return name.startswith(HOST_PREFIX + NAMESPACE)
 
 
 def register() -> None:

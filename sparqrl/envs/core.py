@@ -117,3 +117,8 @@ HOST_PREFIX = "gym:"
 def is_host_env(name: str) -> bool:
     """Whether `name` is a host (Gymnasium) environment rather than a device one (no Gymnasium import)."""
     return name.startswith(HOST_PREFIX)
+
+
+def is_atari(name: str) -> bool:
+    """Whether `name` is a `gym:ALE/...` id (built by `sparqrl.envs.atari.make_atari`; no Gymnasium import)."""
+    return name.startswith(HOST_PREFIX + "ALE/")

@@ -9,8 +9,8 @@ The pools share one interface and one flow control (ActorQ's broadcast + RLlib's
 the driver hands each actor at most `in_flight` collect requests, each naming the newest `PolicyCopy`;
 a finished fragment frees a slot, which the driver refills with the newest copy. A slow learner thus
 slows the actors (they wait for requests) instead of filling memory: at most actors × in_flight
-fragments exist at any time. A copy is put in Ray's object store once per version and every request
-passes the same reference (never the arrays once per actor).
+fragments exist at any time. A copy larger than `INLINE_BYTES` is put in Ray's object store once per
+version and every request passes the same reference; a smaller one travels inside each request.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from typing import Literal
 
 from sparqrl import config as cfg, presets
 from sparqrl.envs import validate_env_name
+from sparqrl.envs.core import is_atari
 from sparqrl.envs.custom import import_modules
 from sparqrl.telemetry.energy import validate_country
 
@@ -145,7 +146,7 @@ class RunConfig:
         cfg.one_of("backend", self.backend, ("auto", "inline", "ray"))
         cfg.one_of("inference", self.inference, ("actor", "central"))
         cfg.one_of("env_backend", self.env_backend, ("gymnasium", "envpool"))
-        cfg.require(self.env_backend == "gymnasium" or self.env.startswith("gym:ALE/"), "env_backend",
+        cfg.require(self.env_backend == "gymnasium" or is_atari(self.env), "env_backend",
                     self.env_backend, f"steps Atari games only (gym:ALE/NAME-v5); env {self.env} runs on gymnasium")
         cfg.require(self.inference == "actor" or self.actor_precision == "fp32", "actor_precision",
                     self.actor_precision, "must be fp32 with inference=central (the server runs the learner's fp32 "

@@ -44,7 +44,7 @@ from sparqrl.algos.dqn.config import Config
 from sparqrl.algos.dqn.losses import apex_priority, chosen_q, q_target, td_loss, weighted_td_loss
 from sparqrl.config import fail
 from sparqrl.envs import Env, action_dim
-from sparqrl.envs.core import HOST_PREFIX
+from sparqrl.envs.core import is_atari, is_host_env
 from sparqrl.nets.modules import QNetwork, torso_features
 from sparqrl.replay import frames, prioritized
 
@@ -333,8 +333,8 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
         config.validate(spec)
     config = config.for_runner(on_device=False)
     obs_shape = tuple(spec.observation_shape)
-    host = spec.name.startswith(HOST_PREFIX)
-    stacked = host and _is_atari(spec.name)  # frame stacks: each frame stored once (`replay.frames`)
+    host = is_host_env(spec.name)
+    stacked = is_atari(spec.name)  # frame stacks: each frame stored once (`replay.frames`)
     if host and len(obs_shape) != 1 and not stacked:
         fail(
             "env", spec.name,
@@ -463,12 +463,6 @@ def _store(config: Config, stacked: bool, buffer: Any, step: Step) -> Any:
         return replay.add(buffer, items)
     priority = jnp.abs(jnp.asarray(step.priority, jnp.float32)) + config.priority_epsilon
     return prioritized.add(buffer, items, priority, config.priority_exponent)
-
-
-def _is_atari(name: str) -> bool:
-    from sparqrl.envs import atari  # (Gymnasium: host environments only)
-
-    return atari.is_atari(name)
 
 
 def make_algorithm(config: Config, env: Env) -> Algorithm:
