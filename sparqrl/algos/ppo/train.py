@@ -120,11 +120,17 @@ def value_objective_for(config: Config, meta_params: MetaParams | None = None
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
-    """Adam (eps 1e-5) after global-norm clipping, its rate annealed linearly to 0 over the run if asked."""
+    """Adam (eps 1e-5) after global-norm clipping, its rate annealed linearly to 0 over the run if asked.
+
+    Applied to all parameters raveled into one vector (`optax.flatten`): the same arithmetic, but the
+    norm and the Adam step are a few kernels for the whole network instead of a few per weight array,
+    which for small networks on a CPU is most of an update's optimizer time (BENCHMARKS.md)."""
     learning_rate = (
         optax.linear_schedule(config.lr, 0.0, config.num_optimizer_steps) if config.anneal_lr else config.lr
     )
-    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
+    return optax.flatten(
+        optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
+    )
 
 
 def make_learn_batch(config: Config, network: ActorCritic, optimizer: optax.GradientTransformation,
@@ -159,24 +165,30 @@ def make_learn_batch(config: Config, network: ActorCritic, optimizer: optax.Grad
             value_objective=value_objective,
         )
 
-    def sgd_step(learner: Learner, minibatch: Batch) -> tuple[Learner, LossInfo]:
+    def sgd_step(carry: tuple[Learner, LossInfo], minibatch: Batch) -> tuple[tuple[Learner, LossInfo], None]:
+        learner, info_sum = carry
         grads, info = jax.grad(loss_fn, has_aux=True)(learner.params, minibatch)
         updates, opt_state = optimizer.update(grads, learner.opt_state, learner.params)
-        return Learner(optax.apply_updates(learner.params, updates), opt_state), info
+        learner = Learner(optax.apply_updates(learner.params, updates), opt_state)
+        return (learner, jax.tree.map(jnp.add, info_sum, info)), None
 
     def learn_batch(learner: Learner, batch: Batch, key: jax.Array) -> tuple[Learner, dict[str, jax.Array]]:
         batch = jax.tree.map(lambda x: x.reshape((config.batch_size, *x.shape[2:])), batch)
 
-        def epoch(learner: Learner, key: jax.Array) -> tuple[Learner, LossInfo]:
+        def epoch(carry: tuple[Learner, LossInfo], key: jax.Array) -> tuple[tuple[Learner, LossInfo], None]:
             permutation = jax.random.permutation(key, config.batch_size)
             minibatches = jax.tree.map(
                 lambda x: x[permutation].reshape((config.num_minibatches, config.minibatch_size, *x.shape[1:])),
                 batch,
             )
-            return jax.lax.scan(sgd_step, learner, minibatches, unroll=unroll)
+            return jax.lax.scan(sgd_step, carry, minibatches, unroll=unroll)
 
-        learner, infos = jax.lax.scan(epoch, learner, jax.random.split(key, config.update_epochs), unroll=unroll)
-        return learner, {name: jnp.mean(value) for name, value in infos._asdict().items()}
+        # the loss terms summed in the loop's carry (not stacked per minibatch: fewer kernels per step)
+        zeros = LossInfo(*(jnp.zeros((), jnp.float32) for _ in LossInfo._fields))
+        keys = jax.random.split(key, config.update_epochs)
+        (learner, info_sum), _ = jax.lax.scan(epoch, (learner, zeros), keys, unroll=unroll)
+        count = config.update_epochs * config.num_minibatches
+        return learner, {name: value / count for name, value in info_sum._asdict().items()}
 
     return learn_batch
 
