@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from sparqrl.envs import Env
 from sparqrl.nets.modules import flatten_obs
@@ -77,6 +78,18 @@ def with_hparams(config: Any, hparams: Mapping[str, Any]) -> Any:
 def has_tracers(config: Any) -> bool:
     """True for a config built by `with_hparams` inside a trace: its checks ran on the concrete values."""
     return any(isinstance(getattr(config, name), jax.core.Tracer) for name in traced_fields(config))
+
+
+def clipped_adam(learning_rate: float | optax.Schedule, max_grad_norm: float | jax.Array | None, eps: float = 1e-8
+                 ) -> optax.GradientTransformation:
+    """Adam after global-norm clipping (none for max_grad_norm None), on all parameters raveled into one
+    vector (`optax.flatten`): the same arithmetic, but the norm and the Adam step are a few kernels for the
+    whole network instead of a few per weight array, which for small networks on a CPU is most of a
+    gradient step's optimizer time and a part of its compile time (BENCHMARKS.md, "Where PPO's time goes")."""
+    adam = optax.adam(learning_rate, eps=eps)
+    if max_grad_norm is not None:
+        adam = optax.chain(optax.clip_by_global_norm(max_grad_norm), adam)
+    return optax.flatten(adam)
 
 
 def make_train_fn(algo: Algorithm) -> Callable[[jax.Array], tuple[Any, dict[str, jax.Array]]]:

@@ -39,7 +39,9 @@ import jax.numpy as jnp
 import optax
 
 from sparqrl import replay
-from sparqrl.algos.base import Acting, ActorLearner, Algorithm, Step, has_tracers, make_hparams_train_fn, on_device, per_step
+from sparqrl.algos.base import (
+    Acting, ActorLearner, Algorithm, Step, clipped_adam, has_tracers, make_hparams_train_fn, on_device, per_step,
+)
 from sparqrl.algos.dqn.config import Config
 from sparqrl.algos.dqn.losses import apex_priority, chosen_q, q_target, td_loss, weighted_td_loss
 from sparqrl.config import fail
@@ -158,10 +160,7 @@ def make_optimizer(config: Config) -> optax.GradientTransformation:
     lr: float | optax.Schedule = config.lr
     if config.anneal_lr:
         lr = optax.linear_schedule(config.lr, 0.0, max(config.num_gradient_steps, 1))
-    adam = optax.adam(lr)
-    if config.max_grad_norm > 0:
-        return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), adam)
-    return adam
+    return clipped_adam(lr, config.max_grad_norm if config.max_grad_norm > 0 else None)
 
 
 def gradient_steps_due(config: Config, env_steps_tm1: jax.Array, env_steps_t: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -22,7 +22,9 @@ import jax.numpy as jnp
 import optax
 
 from sparqrl.algos.actor_critic import PolicyParams, make_acting
-from sparqrl.algos.base import ActorLearner, Algorithm, Step, has_tracers, make_hparams_train_fn, on_device
+from sparqrl.algos.base import (
+    ActorLearner, Algorithm, Step, clipped_adam, has_tracers, make_hparams_train_fn, on_device,
+)
 from sparqrl.algos.impala.config import Config
 from sparqrl.envs import Env, action_dim, is_discrete
 from sparqrl.nets import ActorCritic, sequential_under_vmap
@@ -64,7 +66,7 @@ def make_actor_learner(config: Config, env: Any) -> ActorLearner:
     network = ActorCritic(action_dim=action_dim(env), discrete=is_discrete(env), obs_shape=obs_shape,
                           hidden=tuple(config.hidden), activation=config.activation, torso=config.torso)
     learning_rate = optax.linear_schedule(config.lr, 0.0, config.num_updates) if config.anneal_lr else config.lr
-    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
+    optimizer = clipped_adam(learning_rate, config.max_grad_norm, eps=1e-5)
     init_params = sequential_under_vmap(lambda key: network.init(key, jnp.zeros((1, *obs_shape), jnp.float32)))
 
     def init(key: jax.Array) -> Learner:

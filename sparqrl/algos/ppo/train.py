@@ -19,7 +19,9 @@ import numpy as np
 import optax
 
 from sparqrl.algos.actor_critic import PolicyParams, make_acting
-from sparqrl.algos.base import ActorLearner, Algorithm, Step, episode_metrics, has_tracers, make_hparams_train_fn
+from sparqrl.algos.base import (
+    ActorLearner, Algorithm, Step, clipped_adam, episode_metrics, has_tracers, make_hparams_train_fn,
+)
 from sparqrl.algos.ppo.config import Config
 from sparqrl.algos.ppo.losses import LossInfo, bootstrap_values, gae, normalize_advantages, ppo_loss
 from sparqrl.algos.ppo.objectives import (
@@ -120,17 +122,11 @@ def value_objective_for(config: Config, meta_params: MetaParams | None = None
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
-    """Adam (eps 1e-5) after global-norm clipping, its rate annealed linearly to 0 over the run if asked.
-
-    Applied to all parameters raveled into one vector (`optax.flatten`): the same arithmetic, but the
-    norm and the Adam step are a few kernels for the whole network instead of a few per weight array,
-    which for small networks on a CPU is most of an update's optimizer time (BENCHMARKS.md)."""
+    """Adam (eps 1e-5) after global-norm clipping, its rate annealed linearly to 0 over the run if asked."""
     learning_rate = (
         optax.linear_schedule(config.lr, 0.0, config.num_optimizer_steps) if config.anneal_lr else config.lr
     )
-    return optax.flatten(
-        optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
-    )
+    return clipped_adam(learning_rate, config.max_grad_norm, eps=1e-5)
 
 
 def make_learn_batch(config: Config, network: ActorCritic, optimizer: optax.GradientTransformation,
