@@ -85,7 +85,7 @@ def clipped_adam(learning_rate: float | optax.Schedule, max_grad_norm: float | j
     """Adam after global-norm clipping (none for max_grad_norm None), on all parameters raveled into one
     vector (`optax.flatten`): the same arithmetic, but the norm and the Adam step are a few kernels for the
     whole network instead of a few per weight array, which for small networks on a CPU is most of a
-    gradient step's optimizer time and a part of its compile time (BENCHMARKS.md, "Where PPO's time goes")."""
+    gradient step's optimizer time and a part of its compile time (BENCHMARKS.md: "one raveled optimizer step")."""
     adam = optax.adam(learning_rate, eps=eps)
     if max_grad_norm is not None:
         adam = optax.chain(optax.clip_by_global_norm(max_grad_norm), adam)
