@@ -2,6 +2,7 @@
 
     bash benchmarks/setup_rejax.sh                 # once: the peer's venv (.bench-rejax-venv)
     .venv/bin/python benchmarks/kernel_counts.py [--updates 8] [--json OUT]
+    .venv/bin/python benchmarks/kernel_counts.py --time 3 [--seeds 8]   # and time the same programs
 
 For a small network on a CPU, a compiled RL program's time goes mostly to launching kernels (XLA's
 top-level instructions: fusions, dots, copies), not to arithmetic. This script compiles each side's
@@ -10,7 +11,11 @@ benchmarks/vs_rejax.py; rejax with its evaluation callback replaced by a no-op),
 HLO (`compiled.as_text()`), and counts, per loop body, the instructions that run as kernels (not
 parameter, get-tuple-element, tuple, constant or bitcast). Per update it prints each loop's body size
 and the executed count: a `while` counts trip count x (its body's executed count), a `conditional` its
-largest branch, a `call` its callee. Nothing is timed: the counts are exact for this jax/XLA version.
+largest branch, a `call` its callee. The counts are exact for this jax/XLA version.
+
+With `--time N` it also times the same whole programs at the full budget (976 updates, 499,712 env steps per
+seed; `--seeds` > 1: vmapped), in N pairs of fresh processes that alternate sparqrl, rejax (so the machine's
+drift hits both alike), best of 3 executions after a warm-up in each process.
 """
 
 from __future__ import annotations
@@ -122,22 +127,44 @@ def worker(side: str, updates: int) -> dict:
     return {"side": side, "jax": jax.__version__, **analyse(hlo, updates)}
 
 
+def timer(side: str, updates: int, seeds: int) -> dict:
+    import time
+
+    import jax
+
+    fn, keys = build(side, updates), jax.random.split(jax.random.PRNGKey(1), seeds)
+    compiled = (fn if seeds == 1 else jax.jit(jax.vmap(fn))).lower(keys[0] if seeds == 1 else keys).compile()
+    arg = keys[0] if seeds == 1 else keys
+    jax.block_until_ready(compiled(arg))
+    runs = []
+    for _ in range(3):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(arg))
+        runs.append(time.perf_counter() - start)
+    return {"side": side, "seeds": seeds, "run_s": min(runs), "env_steps_per_s": updates * 512 * seeds / min(runs)}
+
+
+def run_side(side: str, *flags: str) -> dict:
+    python = sys.executable if side == "sparqrl" else str(PEER_PYTHON)
+    proc = subprocess.run([python, __file__, "--side", side, *flags], capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        raise SystemExit(f"{side} failed: {proc.stderr.strip()[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=8, help="updates of the compiled programs (4 envs x 128 steps)")
+    parser.add_argument("--time", type=int, default=0, help="pairs of timing processes (0: count only)")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds of the timed programs (vmapped)")
     parser.add_argument("--side", choices=("sparqrl", "rejax"), help=argparse.SUPPRESS)
+    parser.add_argument("--timer", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.side:
-        print(json.dumps(worker(args.side, args.updates)))
+        print(json.dumps(timer(args.side, 976, args.seeds) if args.timer else worker(args.side, args.updates)))
         return
-    results = {}
-    for side, python in (("sparqrl", sys.executable), ("rejax", str(PEER_PYTHON))):
-        proc = subprocess.run([python, __file__, "--side", side, "--updates", str(args.updates)],
-                              capture_output=True, text=True, cwd=ROOT)
-        if proc.returncode != 0:
-            raise SystemExit(f"{side} failed: {proc.stderr.strip()[-2000:]}")
-        results[side] = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = {side: run_side(side, "--updates", str(args.updates)) for side in ("sparqrl", "rejax")}
     print(f"PPO CartPole-v1, 1 seed, jax {results['sparqrl']['jax']} / {results['rejax']['jax']}: kernels per update")
     print(f"  {'':38s} {'sparqrl':>8s} {'rejax':>8s}")
     print(f"  {'executed per update (loops unrolled)':38s} {results['sparqrl']['per_update']:>8,} "
@@ -149,8 +176,19 @@ def main() -> None:
         for lp in results[side]["loops"]:
             top = ", ".join(f"{k} {v}" for k, v in list(lp["kinds"].items())[:4])
             print(f"    {'  ' * lp['depth']}{lp['trips']:>4} trips: {lp['kernels']:>4} ({top}); {lp['executed']:,}")
+    timings = []
+    for pair in range(args.time):
+        timed = {side: run_side(side, "--timer", "--seeds", str(args.seeds)) for side in ("sparqrl", "rejax")}
+        timings.append(timed)
+        s, r = timed["sparqrl"]["env_steps_per_s"], timed["rejax"]["env_steps_per_s"]
+        print(f"  timed pair {pair + 1}, {args.seeds} seed(s), 499,712 steps each: sparqrl {s:,.0f}, rejax {r:,.0f} "
+              f"env steps/s: {s / r:.3f}x")
+    if timings:
+        best = {side: max(t[side]["env_steps_per_s"] for t in timings) for side in ("sparqrl", "rejax")}
+        print(f"  best of {len(timings)}: {best['sparqrl']:,.0f} / {best['rejax']:,.0f} = "
+              f"{best['sparqrl'] / best['rejax']:.3f}x")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        args.json.write_text(json.dumps({**results, "timings": timings}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
