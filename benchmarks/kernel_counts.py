@@ -164,6 +164,8 @@ def main() -> None:
     if args.side:
         print(json.dumps(timer(args.side, 976, args.seeds) if args.timer else worker(args.side, args.updates)))
         return
+    if not PEER_PYTHON.exists():
+        raise SystemExit(f"{PEER_PYTHON} not found: run `bash benchmarks/setup_rejax.sh` first")
     results = {side: run_side(side, "--updates", str(args.updates)) for side in ("sparqrl", "rejax")}
     print(f"PPO CartPole-v1, 1 seed, jax {results['sparqrl']['jax']} / {results['rejax']['jax']}: kernels per update")
     print(f"  {'':38s} {'sparqrl':>8s} {'rejax':>8s}")
