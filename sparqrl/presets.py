@@ -31,7 +31,7 @@ class Preset:
 
 
 def _atari(env: str) -> bool:
-    return env.startswith("gym:ALE/")  # (`envs.atari.is_atari` without importing Gymnasium)
+    return env.startswith("gym:ALE/")  # (`envs.core.is_atari` without importing JAX)
 
 
 PRESETS: tuple[Preset, ...] = (

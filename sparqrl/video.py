@@ -185,8 +185,9 @@ def gym_frames(name: str, act: Act, seed: int, episodes: int, done: Episodes) ->
     from gymnasium import spaces
 
     from sparqrl.envs import atari, gym_env
+    from sparqrl.envs.core import is_atari
 
-    if atari.is_atari(name):  # the preprocessed env the policy saw, drawing the full-colour screen
+    if is_atari(name):  # the preprocessed env the policy saw, drawing the full-colour screen
         env = atari.make_atari(name, training=False, render_mode="rgb_array")
     else:
         env_id = name.removeprefix("gym:")

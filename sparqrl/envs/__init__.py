@@ -16,13 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 from sparqrl.config import ConfigError, close_matches
-from sparqrl.envs.core import Box, Discrete, Env, Space, StepOut, action_dim, is_discrete, is_host_env
+from sparqrl.envs.core import Box, Discrete, Env, Space, StepOut, action_dim, is_atari, is_discrete, is_host_env
 from sparqrl.envs.wrappers import EpisodeStats, RunningStats, normalize, running_stats_init, running_stats_update
 
 __all__ = [
     "Box", "Discrete", "Env", "EpisodeStats", "HostSpec", "HostStep", "HostVecEnv", "RunningStats", "Space",
-    "StepOut", "action_dim", "env_names", "evaluate_host", "host_spec", "is_act_env", "is_discrete", "is_host_env",
-    "make_env", "normalize", "resolve_env_name", "running_stats_init", "running_stats_update", "validate_env_name",
+    "StepOut", "action_dim", "env_names", "evaluate_host", "host_spec", "is_act_env", "is_atari", "is_discrete",
+    "is_host_env", "make_env", "normalize", "resolve_env_name", "running_stats_init", "running_stats_update",
+    "validate_env_name",
 ]
 
 BRAX_NAMES = (
@@ -95,9 +96,9 @@ def validate_env_name(name: str) -> None:
         return
     if not is_host_env(name) and name in device_env_names():
         return  # (Gymnasium's registry is read only for a gym: name or a misspelt one)
-    from sparqrl.envs import atari
+    if is_atari(name):
+        from sparqrl.envs import atari
 
-    if atari.is_atari(name):
         atari.register()  # ALE ids exist once ale_py is imported; without it, the atari extra's one line
     names = env_names()
     if name not in names:

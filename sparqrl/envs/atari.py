@@ -52,7 +52,7 @@ from gymnasium.wrappers import (
 )
 
 from sparqrl.config import ConfigError, close_matches
-from sparqrl.envs.core import HOST_PREFIX, is_atari  # noqa: F401  (is_atari: `atari.is_atari` for callers)
+from sparqrl.envs.core import HOST_PREFIX
 
 NAMESPACE = "ALE/"
 WHAT = "Atari environments (gym:ALE/...)"

@@ -29,7 +29,7 @@ import numpy as np
 
 from sparqrl.config import ConfigError
 from sparqrl.envs import atari
-from sparqrl.envs.core import HOST_PREFIX
+from sparqrl.envs.core import HOST_PREFIX, is_atari
 from sparqrl.extras import need
 
 WHAT = "env_backend=envpool"
@@ -38,7 +38,7 @@ WHAT = "env_backend=envpool"
 def task_id(name: str) -> str:
     """EnvPool's task for a sparqrl Atari id (`gym:ALE/Breakout-v5` -> `Breakout-v5`); a one-line error for
     any other env, or an Atari game EnvPool does not have."""
-    if not atari.is_atari(name):
+    if not is_atari(name):
         raise ConfigError(f"env_backend='envpool' steps Atari games only (gym:ALE/NAME-v5); env {name} runs on "
                           "gymnasium")
     envpool = need("envpool", WHAT)

@@ -25,7 +25,7 @@ from gymnasium.wrappers import FlattenObservation, TimeLimit
 
 from sparqrl.config import ConfigError, close_matches
 from sparqrl.envs import atari, custom
-from sparqrl.envs.core import HOST_PREFIX as PREFIX, Box, Discrete, Space, is_host_env
+from sparqrl.envs.core import HOST_PREFIX as PREFIX, Box, Discrete, Space, is_atari, is_host_env
 from sparqrl.extras import available
 
 # Used only for the few registered ids without a time limit, so every episode (and every
@@ -44,7 +44,7 @@ def _make(name: str, training: bool = True) -> gym.Env:
     """One Gymnasium env for `gym:ID` (or a user's `gym:MODULE:ATTR`), with a time limit, no reward-changing
     wrappers, and observations flattened to one Box where they are not one (`_prepare`). Atari ids are
     preprocessed by `atari.make_atari`, which alone reads `training` (episodic life and reward clipping)."""
-    if atari.is_atari(name):
+    if is_atari(name):
         return atari.make_atari(name, training)
     if custom.is_custom(name):
         return _prepare(name, custom.host_factory(name)())
@@ -216,7 +216,7 @@ class HostVecEnv:
         if num_envs < 1:
             raise ConfigError(f"num_envs={num_envs!r} must be at least 1")
         envs = [_make(name, training) for _ in range(num_envs)]
-        self._game_stats = training and atari.is_atari(name)
+        self._game_stats = training and is_atari(name)
         self.spec = _spec_of(name, envs[0])
         self.num_envs = num_envs
         # SAME_STEP: the step that ends an episode returns the reset obs and puts the last obs in

@@ -34,7 +34,7 @@ import numpy as np
 from sparqrl import config as cfg
 from sparqrl.algos import get_algorithm
 from sparqrl.algos.base import ActorLearner, acting_aux, explore_one, forward
-from sparqrl.envs import atari, evaluate_host, host_spec
+from sparqrl.envs import evaluate_host, host_spec, is_atari
 from sparqrl.envs.custom import is_local
 from sparqrl.extras import need_installed
 from sparqrl.runners.actors import (
@@ -378,7 +378,7 @@ def _evaluate_seeds(al: ActorLearner, env_name: str, params: Any, episodes: int,
     policy's games)."""
     obs_ndim = len(host_spec(env_name).observation_shape)
     seeds = jax.tree.leaves(params)[0].shape[0]
-    if atari.is_atari(env_name):
+    if is_atari(env_name):
         sample, key = jax.vmap(evaluating_policy(al, obs_ndim), in_axes=(None, 0, 0)), jax.random.PRNGKey(base_seed)
         act_at = jax.jit(lambda p, o, t: sample(p, o, jax.random.split(jax.random.fold_in(key, t), o.shape[0])))
         counter = itertools.count()  # the step: each step's keys are new
