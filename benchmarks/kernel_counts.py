@@ -133,8 +133,8 @@ def timer(side: str, updates: int, seeds: int) -> dict:
     import jax
 
     fn, keys = build(side, updates), jax.random.split(jax.random.PRNGKey(1), seeds)
-    compiled = (fn if seeds == 1 else jax.jit(jax.vmap(fn))).lower(keys[0] if seeds == 1 else keys).compile()
-    arg = keys[0] if seeds == 1 else keys
+    fn, arg = (fn, keys[0]) if seeds == 1 else (jax.jit(jax.vmap(fn)), keys)
+    compiled = fn.lower(arg).compile()
     jax.block_until_ready(compiled(arg))
     runs = []
     for _ in range(3):
