@@ -14,8 +14,12 @@ and the executed count: a `while` counts trip count x (its body's executed count
 largest branch, a `call` its callee. The counts are exact for this jax/XLA version.
 
 With `--time N` it also times the same whole programs at the full budget (976 updates, 499,712 env steps per
-seed; `--seeds` > 1: vmapped), in N pairs of fresh processes that alternate sparqrl, rejax (so the machine's
-drift hits both alike), best of 3 executions after a warm-up in each process.
+seed; `--seeds` > 1: vmapped), in N rounds of fresh processes that alternate sparqrl, rejax (so the machine's
+drift hits both alike), best of 3 executions after a warm-up in each process. `--runner` adds a third process
+to each round: sparqrl's runner (`sparqrl.runners.train`, the default 50 chunks, the same settings as
+benchmarks/vs_rejax.py's runner: one evaluation and one checkpoint at the end, no progress, energy or
+compile cache), a warm-up run then the best of 3 runs' `steady_env_steps_per_s` (chunks 2 to 50 with the
+host's work between them) and `env_steps_per_s` (the whole run without compilation).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -144,8 +149,25 @@ def timer(side: str, updates: int, seeds: int) -> dict:
     return {"side": side, "seeds": seeds, "run_s": min(runs), "env_steps_per_s": updates * 512 * seeds / min(runs)}
 
 
+def runner_timer(updates: int, seeds: int) -> dict:
+    from sparqrl.algos import ppo
+    from sparqrl.runners import RunConfig, train
+    from sparqrl.runners.session import use_compile_cache
+
+    use_compile_cache(False)
+    config = ppo.Config(total_timesteps=updates * 512)
+    summaries = []
+    for _ in range(4):  # a warm-up run, then 3 timed
+        with tempfile.TemporaryDirectory() as out:
+            run = RunConfig(seeds=seeds, out=out, chunks=50, eval_every=0, checkpoint_every=50, progress=False,
+                            energy=False, compile_cache=False, overwrite=True)
+            summaries.append(train("ppo", config, run))
+    return {"side": "runner", "seeds": seeds, "env_steps_per_s": max(s["steady_env_steps_per_s"] for s in summaries[1:]),
+            "whole_run_env_steps_per_s": max(s["env_steps_per_s"] for s in summaries[1:])}
+
+
 def run_side(side: str, *flags: str) -> dict:
-    python = sys.executable if side == "sparqrl" else str(PEER_PYTHON)
+    python = str(PEER_PYTHON) if side == "rejax" else sys.executable
     proc = subprocess.run([python, __file__, "--side", side, *flags], capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
         raise SystemExit(f"{side} failed: {proc.stderr.strip()[-2000:]}")
@@ -157,10 +179,14 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=8, help="updates of the compiled programs (4 envs x 128 steps)")
     parser.add_argument("--time", type=int, default=0, help="pairs of timing processes (0: count only)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds of the timed programs (vmapped)")
-    parser.add_argument("--side", choices=("sparqrl", "rejax"), help=argparse.SUPPRESS)
+    parser.add_argument("--runner", action="store_true", help="with --time: sparqrl's runner (50 chunks) too")
+    parser.add_argument("--side", choices=("sparqrl", "rejax", "runner"), help=argparse.SUPPRESS)
     parser.add_argument("--timer", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.side == "runner":
+        print(json.dumps(runner_timer(976, args.seeds)))
+        return
     if args.side:
         print(json.dumps(timer(args.side, 976, args.seeds) if args.timer else worker(args.side, args.updates)))
         return
@@ -179,16 +205,19 @@ def main() -> None:
             top = ", ".join(f"{k} {v}" for k, v in list(lp["kinds"].items())[:4])
             print(f"    {'  ' * lp['depth']}{lp['trips']:>4} trips: {lp['kernels']:>4} ({top}); {lp['executed']:,}")
     timings = []
+    sides = ("sparqrl", "runner", "rejax") if args.runner else ("sparqrl", "rejax")
     for pair in range(args.time):
-        timed = {side: run_side(side, "--timer", "--seeds", str(args.seeds)) for side in ("sparqrl", "rejax")}
+        timed = {side: run_side(side, "--timer", "--seeds", str(args.seeds)) for side in sides}
         timings.append(timed)
-        s, r = timed["sparqrl"]["env_steps_per_s"], timed["rejax"]["env_steps_per_s"]
-        print(f"  timed pair {pair + 1}, {args.seeds} seed(s), 499,712 steps each: sparqrl {s:,.0f}, rejax {r:,.0f} "
-              f"env steps/s: {s / r:.3f}x")
+        r = timed["rejax"]["env_steps_per_s"]
+        line = ", ".join(f"{side} {timed[side]['env_steps_per_s']:,.0f} ({timed[side]['env_steps_per_s'] / r:.3f}x)"
+                         for side in sides[:-1])
+        print(f"  timed round {pair + 1}, {args.seeds} seed(s), 499,712 steps each, env steps/s: {line}, rejax {r:,.0f}")
     if timings:
-        best = {side: max(t[side]["env_steps_per_s"] for t in timings) for side in ("sparqrl", "rejax")}
-        print(f"  best of {len(timings)}: {best['sparqrl']:,.0f} / {best['rejax']:,.0f} = "
-              f"{best['sparqrl'] / best['rejax']:.3f}x")
+        best = {side: max(t[side]["env_steps_per_s"] for t in timings) for side in sides}
+        print(f"  best of {len(timings)}: " + ", ".join(
+            f"{side} {best[side]:,.0f} ({best[side] / best['rejax']:.3f}x)" for side in sides[:-1]) +
+            f", rejax {best['rejax']:,.0f}")
     if args.json:
         args.json.write_text(json.dumps({**results, "timings": timings}, indent=2) + "\n")
 
