@@ -1,7 +1,7 @@
 """Adversarial cheap talk on CartPole (issue 15, item 5), through `sparqrl meta act`.
 
     .venv/bin/python benchmarks/act.py [--popsize 32] [--generations 20] [--modes anti,pro] [--sigma S] [--lr L]
-                                       [--fitness lifetime|final] [--set KEY=VALUE ...] [--json OUT]
+                                       [--fitness lifetime|final] [--set KEY=VALUE ...] [--seed 0] [--json OUT]
     .venv/bin/python benchmarks/act.py --popsize 1024 --generations 2048 --adversary lstm   # the paper's scale (GPU)
 
 For each mode (anti: fitness = minus the victims' return; pro: plus), one `sparqrl.meta.run.train_meta`
@@ -36,6 +36,7 @@ def main() -> None:
                         help="change the victim's PPO config (e.g. total_timesteps=16384 num_steps=128)")
     parser.add_argument("--fitness", default="lifetime", help="lifetime (the reference's default: mean return over "
                         "the whole training) or final (its --end-only: the last 10 %% of updates)")
+    parser.add_argument("--seed", type=int, default=0, help="the meta run's seed (evolution and final evaluation)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
@@ -47,14 +48,14 @@ def main() -> None:
               "machine": {"device": str(jax.devices()[0]), "cores": os.cpu_count(), "platform": platform.platform(),
                           "jax": jax.__version__},
               "popsize": args.popsize, "generations": args.generations, "adversary": args.adversary,
-              "sigma": args.sigma, "lr": args.lr, "set": args.set, "fitness": args.fitness, "runs": {}}
+              "sigma": args.sigma, "lr": args.lr, "set": args.set, "fitness": args.fitness, "seed": args.seed, "runs": {}}
     with tempfile.TemporaryDirectory(prefix="sparqrl-act-") as tmp:
         for mode in args.modes.split(","):
             print(f"ACT {mode}: population {args.popsize} x {args.generations} generations ...", flush=True)
             config = meta.MetaConfig(task="act", env="CartPole-v1", mode=mode, adversary=args.adversary,
                                      popsize=args.popsize, seeds=1, generations=args.generations,
                                      sigma=args.sigma, lr=args.lr, set=tuple(args.set), fitness=args.fitness,
-                                     out=str(Path(tmp) / mode), energy=False, progress=False)
+                                     seed=args.seed, out=str(Path(tmp) / mode), energy=False, progress=False)
             s = meta.train_meta(config)
             victims_per_s = args.popsize * args.generations / (s["generation_time_s"] * args.generations)
             keep = [k for k in s if k.startswith(("victim_", "baseline_")) and not k.endswith("per_update")]
