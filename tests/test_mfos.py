@@ -81,24 +81,25 @@ def test_ppo_loss_matches_numpy():
 
 
 def test_mfos_es_shapes_a_naive_learner(capsys, tmp_path):
-    """IPD against a naive learner, OpenES population 64 (sigma 0.1, lr 0.05), 48 generations, 128 games per
-    member, a 32-unit network: the evolved meta-policy earns far more than the NL-vs-NL baseline (-1.98 per
-    round; the start is -2.46) and more than its opponent, which it shapes.
+    """IPD against a naive learner, OpenES population 64 (sigma 0.1, lr 0.2, z-scored fitness, as the reference's
+    evosax preset), 48 generations, 128 games per member, a 32-unit network: the reference's smoke test. The
+    evolved meta-policy earns far more than the NL-vs-NL baseline (-1.98 per round; the start is -2.46) and
+    shapes its opponent below that baseline.
 
-    The reference's smoke test also wants the opponent below the baseline. At this budget it is not reached
-    reliably: over 5 settings and seeds the opponent ended at -1.55 to -1.99 (the reference's own
-    evolutionary M-FOS plateaued at NL -1.83, §2.9); BENCHMARKS.md has the runs."""
+    Seed 0 ends at -0.52 / NL -2.12; over seeds 0-3 these settings ended the opponent at -2.12, -1.78, -2.08
+    and -2.21 (with centered ranks, 3 of 12 runs at several sigmas, lrs and seeds got there); BENCHMARKS.md has
+    the runs."""
     out = tmp_path / "es"
     code, text, err = run_cli(capsys, "meta", "mfos", "--game", "ipd", "--opponent", "nl", "--trainer", "es",
                               "--popsize", "64", "--seeds", "1", "--games", "128", "--generations", "48",
-                              "--sigma", "0.1", "--lr", "0.05", "--set", "hidden=32",
+                              "--sigma", "0.1", "--lr", "0.2", "--fitness-shaping", "z_score", "--set", "hidden=32",
                               "--out", str(out), "--no-progress", "--no-energy")
     assert code == 0, err
     summary = json.loads(text)
     print(f"\nM-FOS ES vs NL: {summary['meta_return_mean']:.3f} / NL {summary['opponent_return_mean']:.3f}, "
           f"{summary['wall_time_s']:.0f} s")
-    assert summary["meta_return_mean"] > -1.5 > NL_VS_NL
-    assert summary["opponent_return_mean"] < summary["meta_return_mean"] - 0.3
+    assert summary["meta_return_mean"] > -1.0 > NL_VS_NL  # above mutual cooperation
+    assert summary["opponent_return_mean"] < NL_VS_NL
     for name in ("fitness.csv", "fitness.png", "learned.png", "summary.json", "checkpoint.npz",
                  "best_meta_params.npz"):
         assert (out / name).exists(), name
