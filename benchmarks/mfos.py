@@ -12,8 +12,9 @@ generations, the checkpoints, the final evaluation of 1024 fresh meta-episodes):
                the baseline (reference §2.9: -1.98 per round each)
   M-FOS PPO    the reference's PPO (§2.4) against NL, `--ppo-games` games per meta-episode,
                `--ppo-episodes` meta-episodes (reference: 4096 x 1024)
-  M-FOS ES     the mean network evolved by OpenES (population `--es-popsize`, 128 games per member,
-               sigma 0.1, lr 0.05), `--es-generations` generations
+  M-FOS ES     the mean network (32 units) evolved by OpenES (population `--es-popsize`, 128 games per
+               member, sigma 0.1, lr 0.2, z-scored fitness: tests/test_mfos.py's settings),
+               `--es-generations` generations
   self-play    two M-FOS PPO agents (§2.6), each against its own NL with probability lambda, else against
                each other; lambda falls by `--self-play-decay` per meta-episode (reference: 0.0015 over 1024
                meta-episodes of 4096 games, Adam 2e-4); evaluated agent 1 against agent 2
@@ -109,8 +110,8 @@ def main() -> None:
                          dict(trainer="ppo", games=args.ppo_games, generations=args.ppo_episodes)))
         if not args.skip_es:
             runs.append(("es", f"OpenES {args.es_popsize} x 128 games x {args.es_generations} generations",
-                         dict(trainer="es", popsize=args.es_popsize, seeds=1, games=128, sigma=0.1, lr=0.05,
-                              generations=args.es_generations)))
+                         dict(trainer="es", popsize=args.es_popsize, seeds=1, games=128, sigma=0.1, lr=0.2,
+                              fitness_shaping="z_score", set=("hidden=32",), generations=args.es_generations)))
         if not args.skip_self_play:
             runs.append(("self-play", f"{args.self_play_games} games x {args.self_play_episodes} meta-episodes, "
                          f"decay {args.self_play_decay:g}, lr {args.self_play_lr:g}",

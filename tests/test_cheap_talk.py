@@ -5,6 +5,7 @@ parameters as traced inputs (`_talk_rollout`) and the env objects as static ones
 env, adversary kind and options share one compiled program.
 """
 
+import csv
 import functools
 import json
 
@@ -369,6 +370,23 @@ def test_act_anti_lowers_the_victims_return(capsys, tmp_path):
     assert len(s["victim_return_per_update"]) == 32
     for name in ("fitness.csv", "fitness.png", "learned.png", "best_meta_params.npz", "checkpoint.npz"):
         assert (out / name).exists(), name
+
+
+def test_act_goal_mode_runs_end_to_end(capsys, tmp_path):
+    """`--mode goal` through the CLI at toy size: the fitness is the goal reward the victims collect (in
+    (0, 1]: exp(-(x - goal)^2)), written per generation and, for the final and the silent adversary, in the
+    summary; the victims still learn CartPole's own reward."""
+    out = tmp_path / "goal"
+    code, text, err = run_cli(capsys, "meta", "act", "--env", "CartPole-v1", "--mode", "goal", "--adversary", "mlp",
+                              "--popsize", "4", "--seeds", "1", "--generations", "2", "--set", "num_steps=64",
+                              "--set", "total_timesteps=2048", "--out", str(out), "--no-progress", "--no-energy")
+    assert code == 0, err
+    s = json.loads(text)
+    for side in ("victim", "baseline"):
+        assert 0.0 < s[f"{side}_goal_reward_mean"] <= 1.0
+        assert s[f"{side}_lifetime_return_mean"] > 0
+    rows = list(csv.DictReader((out / "fitness.csv").open()))
+    assert len(rows) == 2 and all(0.0 < float(r["goal_reward"]) <= 1.0 for r in rows)
 
 
 @pytest.mark.parametrize("argv,words", [
