@@ -177,7 +177,7 @@ def run_side(side: str, *flags: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=8, help="updates of the compiled programs (4 envs x 128 steps)")
-    parser.add_argument("--time", type=int, default=0, help="pairs of timing processes (0: count only)")
+    parser.add_argument("--time", type=int, default=0, help="rounds of timing processes (0: count only)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds of the timed programs (vmapped)")
     parser.add_argument("--runner", action="store_true", help="with --time: sparqrl's runner (50 chunks) too")
     parser.add_argument("--side", choices=("sparqrl", "rejax", "runner"), help=argparse.SUPPRESS)
@@ -206,13 +206,13 @@ def main() -> None:
             print(f"    {'  ' * lp['depth']}{lp['trips']:>4} trips: {lp['kernels']:>4} ({top}); {lp['executed']:,}")
     timings = []
     sides = ("sparqrl", "runner", "rejax") if args.runner else ("sparqrl", "rejax")
-    for pair in range(args.time):
+    for round_ in range(args.time):
         timed = {side: run_side(side, "--timer", "--seeds", str(args.seeds)) for side in sides}
         timings.append(timed)
         r = timed["rejax"]["env_steps_per_s"]
         line = ", ".join(f"{side} {timed[side]['env_steps_per_s']:,.0f} ({timed[side]['env_steps_per_s'] / r:.3f}x)"
                          for side in sides[:-1])
-        print(f"  timed round {pair + 1}, {args.seeds} seed(s), 499,712 steps each, env steps/s: {line}, rejax {r:,.0f}")
+        print(f"  timed round {round_ + 1}, {args.seeds} seed(s), 499,712 steps each, env steps/s: {line}, rejax {r:,.0f}")
     if timings:
         best = {side: max(t[side]["env_steps_per_s"] for t in timings) for side in sides}
         print(f"  best of {len(timings)}: " + ", ".join(
