@@ -21,7 +21,6 @@ from typing import Any, Iterator, NamedTuple
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 
 CHECKSUM = "state_crc32"
 
@@ -54,15 +53,30 @@ def first_non_finite(state: Any) -> str | None:
     return None
 
 
+def _orbax() -> Any:
+    """orbax.checkpoint, imported when a checkpoint is first written or read: its ~0.25 s import would
+    otherwise delay every run's first progress line (BENCHMARKS.md, "Start fast")."""
+    import orbax.checkpoint as ocp
+
+    return ocp
+
+
 class Checkpointer:
     """Keeps the last two checkpoints in `directory`; each holds `state` and `meta` (JSON)."""
 
     def __init__(self, directory: Path):
         self._directory = directory.absolute()
-        self._manager = ocp.CheckpointManager(
-            self._directory,
-            options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True, enable_async_checkpointing=False),
-        )
+        self._opened: Any = None  # orbax's CheckpointManager, made on first use
+
+    @property
+    def _manager(self) -> Any:
+        if self._opened is None:
+            ocp = _orbax()
+            self._opened = ocp.CheckpointManager(
+                self._directory,
+                options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True, enable_async_checkpointing=False),
+            )
+        return self._opened
 
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
         """Save `state` as `step` (replacing one there); raises `NonFiniteState` instead of saving NaNs."""
@@ -71,6 +85,7 @@ class Checkpointer:
         if bad is not None:
             raise NonFiniteState(f"the state's {bad} is not finite")
         meta = {**meta, CHECKSUM: state_checksum(host)}
+        ocp = _orbax()
         self._manager.save(
             step,
             args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
@@ -87,6 +102,7 @@ class Checkpointer:
     def restore(self, abstract_state: Any, step: int) -> tuple[Any, dict[str, Any]]:
         """Restore `step` into the structure, shapes, dtypes and shardings of `abstract_state`, verified
         against its checksum (raises on any damage)."""
+        ocp = _orbax()
         restored = self._manager.restore(
             step,
             args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()),
@@ -116,7 +132,8 @@ class Checkpointer:
         return None
 
     def close(self) -> None:
-        self._manager.close()
+        if self._opened is not None:
+            self._opened.close()
 
 
 class DamagedCheckpoints(Exception):
