@@ -100,7 +100,7 @@ def test_brax_env_prints_no_third_party_notices():
 
 
 def test_gymnax_imports_without_its_render_only_modules():
-    """A gymnax env is made without seaborn or pyplot imported (`import_gymnax`); gymnax's render code
+    """A gymnax env is made without seaborn or matplotlib imported (`import_gymnax`); gymnax's render code
     still reaches the real modules, and a later import of them is the real one."""
     import os
     import subprocess
@@ -110,13 +110,13 @@ def test_gymnax_imports_without_its_render_only_modules():
 import sys
 from sparqrl.envs import make_env
 make_env("CartPole-v1")
-print(sorted(m for m in ("seaborn", "matplotlib.pyplot", "scipy", "pandas") if m in sys.modules))
+print(sorted(m for m in ("seaborn", "matplotlib", "matplotlib.pyplot", "scipy", "pandas") if m in sys.modules))
 import gymnax.environments.misc.pong as pong
-print(len(pong.sns.color_palette("cubehelix", 3)))
+print(len(pong.sns.color_palette("cubehelix", 3)), type(pong.colors.ListedColormap(["red"])).__name__)
 import matplotlib.pyplot as plt
 print(type(plt.figure()).__name__, type(sys.modules["matplotlib.pyplot"]).__name__)
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "MPLBACKEND": "Agg"})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split("\n")[:3] == ["[]", "3", "Figure module"]
+    assert proc.stdout.split("\n")[:3] == ["[]", "3 ListedColormap", "Figure module"]

@@ -17,19 +17,24 @@ from sparqrl.envs.core import Box, Discrete, Space, StepOut
 
 
 class _Deferred(types.ModuleType):
-    """Stands in for a module until one of its attributes is read; then imports the real one."""
+    """Stands in for a module until one of its attributes is read; then imports the real one. A submodule
+    that has a stand-in too is that stand-in (`import matplotlib.pyplot as plt` reads `pyplot` off the
+    package)."""
 
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):
             raise AttributeError(attr)
+        sub = sys.modules.get(f"{self.__name__}.{attr}")
+        if isinstance(sub, _Deferred):
+            return sub
         if sys.modules.get(self.__name__) is self:
             del sys.modules[self.__name__]
         return getattr(importlib.import_module(self.__name__), attr)
 
 
-GYMNAX_RENDER_ONLY = ("seaborn", "matplotlib.pyplot")
-"""Modules gymnax imports at its top level but uses only to render (pong, rooms, point_robot): with
-scipy and pandas behind seaborn, ~1.2 s of a cold start that trains CartPole."""
+GYMNAX_RENDER_ONLY = ("seaborn", "matplotlib", "matplotlib.pyplot", "matplotlib.colors")
+"""Modules gymnax imports at its top level but uses only to render (catch, pong, rooms, point_robot,
+meta_maze): with scipy and pandas behind seaborn, ~1.4 s of a cold start that trains CartPole."""
 
 
 def import_gymnax() -> Any:
