@@ -150,8 +150,10 @@ def timer(side: str, updates: int, seeds: int) -> dict:
 
 
 def runner_timer(updates: int, seeds: int) -> dict:
+    from vs_rejax import runner_config  # (benchmarks/ is this script's folder)
+
     from sparqrl.algos import ppo
-    from sparqrl.runners import RunConfig, train
+    from sparqrl.runners import train
     from sparqrl.runners.session import use_compile_cache
 
     use_compile_cache(False)
@@ -159,9 +161,7 @@ def runner_timer(updates: int, seeds: int) -> dict:
     summaries = []
     for _ in range(4):  # a warm-up run, then 3 timed
         with tempfile.TemporaryDirectory() as out:
-            run = RunConfig(seeds=seeds, out=out, chunks=50, eval_every=0, checkpoint_every=50, progress=False,
-                            energy=False, compile_cache=False, overwrite=True)
-            summaries.append(train("ppo", config, run))
+            summaries.append(train("ppo", config, runner_config(seeds, 50, out)))
     return {"side": "runner", "seeds": seeds, "env_steps_per_s": max(s["steady_env_steps_per_s"] for s in summaries[1:]),
             "whole_run_env_steps_per_s": max(s["env_steps_per_s"] for s in summaries[1:])}
 

@@ -73,6 +73,15 @@ def make_config(algo_name: str, steps: int, learning_starts: int | None):
     return dqn.Config(total_timesteps=steps, learning_starts=learning_starts)
 
 
+def runner_config(seeds: int, chunks: int, out: str):
+    """The runner's settings in this benchmark and kernel_counts.py: one evaluation and one checkpoint, both at
+    the end; progress, energy and the compile cache off."""
+    from sparqrl.runners import RunConfig
+
+    return RunConfig(seeds=seeds, out=out, chunks=chunks, eval_every=0, checkpoint_every=chunks, progress=False,
+                     energy=False, compile_cache=False, overwrite=True)
+
+
 def sparqrl_worker(args: argparse.Namespace) -> dict:
     from sparqrl.runners.session import use_compile_cache
 
@@ -81,7 +90,7 @@ def sparqrl_worker(args: argparse.Namespace) -> dict:
 
     from sparqrl.algos import evaluate, get_algorithm, make_train_fn
     from sparqrl.envs import make_env
-    from sparqrl.runners import RunConfig, train
+    from sparqrl.runners import train
 
     module = get_algorithm(args.worker_algo)
     env = make_env("CartPole-v1")
@@ -119,10 +128,7 @@ def sparqrl_worker(args: argparse.Namespace) -> dict:
             for _ in range(args.repeats):
                 for chunks in (1, 50):  # alternate, so machine noise hits both alike
                     with tempfile.TemporaryDirectory() as tmp:
-                        run_cfg = RunConfig(seeds=seeds, out=tmp, chunks=chunks, eval_every=0,
-                                            checkpoint_every=chunks, progress=False, energy=False,
-                                            compile_cache=False, overwrite=True)
-                        summary = train(args.worker_algo, config, run_cfg)
+                        summary = train(args.worker_algo, config, runner_config(seeds, chunks, tmp))
                     entry = runner.setdefault(f"seeds{seeds}_chunks{chunks}", {
                         "seeds": seeds, "chunks": chunks, "steps_per_s_runs": [], "steady_runs": [],
                         "compile_time_s_runs": []})

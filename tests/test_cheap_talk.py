@@ -5,7 +5,6 @@ parameters as traced inputs (`_talk_rollout`) and the env objects as static ones
 env, adversary kind and options share one compiled program.
 """
 
-import csv
 import functools
 import json
 
@@ -14,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import fitness_rows, run_cli
 
 from sparqrl.algos import ppo
 from sparqrl.algos.base import make_train_fn
@@ -385,7 +384,7 @@ def test_act_goal_mode_runs_end_to_end(capsys, tmp_path):
     for side in ("victim", "baseline"):
         assert 0.0 < s[f"{side}_goal_reward_mean"] <= 1.0
         assert s[f"{side}_lifetime_return_mean"] > 0
-    rows = list(csv.DictReader((out / "fitness.csv").open()))
+    rows = fitness_rows(out)
     assert len(rows) == 2 and all(0.0 < float(r["goal_reward"]) <= 1.0 for r in rows)
 
 

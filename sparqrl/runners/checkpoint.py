@@ -66,6 +66,7 @@ class Checkpointer:
 
     def __init__(self, directory: Path):
         self._directory = directory.absolute()
+        self._directory.mkdir(parents=True, exist_ok=True)  # a folder that cannot be made fails here, as before
         self._opened: Any = None  # orbax's CheckpointManager, made on first use
 
     @property
