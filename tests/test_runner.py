@@ -13,7 +13,7 @@ from sparqrl import cli
 from sparqrl.algos import dqn, ppo
 from sparqrl.config import ConfigError
 from sparqrl.runners import RunConfig, RunInterrupted, evaluate_saved, resume, train
-from sparqrl.runners.anakin import chunk_bounds, load_state
+from sparqrl.runners.anakin import chunk_bounds, load_state, make_driver, prepare
 
 SUMMARY_KEYS = {
     "algo", "env", "steps", "seeds", "final_return_mean", "final_return_std", "wall_time_s",
@@ -63,6 +63,24 @@ def test_run_leaves_everything_behind(tmp_path):
     files = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.rglob("*") if p.is_file()}
     assert cli.main(["train", "--resume", str(out)]) == 0
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.rglob("*") if p.is_file()} == files
+
+
+def test_the_evaluation_program_is_built_at_the_first_evaluation(tmp_path):
+    """Training starts without compiling the evaluation program (the first progress lines do not wait for
+    it); the first evaluation builds it, once, and its time counts in compile_time_s."""
+    run = small_run(tmp_path / "run", compile_cache=False)
+    module, config, env = prepare("ppo", SMALL["ppo"], run)
+    driver = make_driver("ppo", module, config, env, run)
+    driver.build()
+    built = driver.compile_time_s
+    driver.start(driver.init_state(), 0, None)
+    state, _ = driver.run_chunk(0)
+    assert built > 0 and driver.compile_time_s == built
+    first = driver.evaluate(state)
+    with_evaluation = driver.compile_time_s
+    assert first.shape == (2, 3) and with_evaluation > built
+    np.testing.assert_array_equal(driver.evaluate(state), first)
+    assert driver.compile_time_s == with_evaluation
 
 
 def test_overwrite_replaces_only_a_run_and_only_its_files(tmp_path):

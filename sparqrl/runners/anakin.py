@@ -41,6 +41,8 @@ from sparqrl.runners.session import (ChunkHook, check_memory, chunk_bounds, eval
 # ---------------------------------------------------------------------------------------------
 # Pure building blocks
 
+SEEDS, REPLICATED = PartitionSpec("seeds"), PartitionSpec()  # a program argument split over the devices, or not
+
 
 def over_seeds(fn: Callable, in_axes: tuple = (0,)) -> Callable:
     """`jax.vmap(fn, in_axes)`, except that a seed axis of size 1 (one seed per device) is indexed out
@@ -135,7 +137,7 @@ def seed_sharding(seeds: int) -> NamedSharding:
     """Shard the seed axis over as many devices as divide the number of seeds."""
     devices = jax.devices()
     n = math.gcd(seeds, len(devices))
-    return NamedSharding(Mesh(np.array(devices[:n]), ("seeds",)), PartitionSpec("seeds"))
+    return NamedSharding(Mesh(np.array(devices[:n]), ("seeds",)), SEEDS)
 
 
 def eval_keys(seed: int, seeds: int) -> jax.Array:
@@ -171,10 +173,11 @@ class AnakinDriver:
         self.compile_time_s = 0.0
         self.startup_s = 0.0
         self.programs_loaded = 0  # of the 3 programs, how many came traced from the cache (`programs`)
+        self._evaluate: Program | None = None
         self.members = len(next(iter(hparams.values()))) if hparams else run.seeds
         self.member_names = member_names(settings, run.seeds)
         self.sharding = seed_sharding(self.members)
-        self.replicated = NamedSharding(self.sharding.mesh, PartitionSpec())
+        self.replicated = NamedSharding(self.sharding.mesh, REPLICATED)
         self.hparams = jax.device_put({k: jnp.asarray(v) for k, v in hparams.items()}, self.sharding)
         seed_keys = jax.random.split(jax.random.PRNGKey(run.seed), run.seeds)
         self.keys = jax.device_put(member_keys(seed_keys, self.members), self.sharding)
@@ -186,32 +189,32 @@ class AnakinDriver:
         return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.sharding), abstract)
 
     def build(self) -> None:
-        """Compile every program the run needs ahead of time, so compile time is measured apart. A later
-        run of the same configuration loads them traced (`programs`) and compiled (XLA's cache).
+        """Compile the programs training starts with (init, chunk) ahead of time, so compile time is measured
+        apart. A later run of the same configuration loads them traced (`programs`) and compiled (XLA's cache).
 
         The init program runs once, so on the CPU it is compiled at XLA's lowest optimisation
-        (`run_once_options`). Not the evaluation program: it ran 2.4-3x slower so (PPO on CartPole and
-        Breakout-MinAtar), which a run with many or long evaluations would pay more than the 0.7-1 s of
-        compilation saved. Building it on a thread beside the first chunks was tried: the chunks ran up
-        to 40 % slower beside it on 2 cores."""
+        (`run_once_options`). The evaluation program is built at the first evaluation (`evaluate`), which
+        comes after the first progress lines (every `eval_every` chunks, or the last): compiling it took
+        1.4-1.7 s of the quick start's cold first progress line (BENCHMARKS.md, "Start fast"); its time is
+        in compile_time_s all the same. Not at XLA's lowest optimisation: it ran 2.4-3x slower so (PPO on
+        CartPole and Breakout-MinAtar), which a run with many or long evaluations would pay more than the
+        0.7-1 s of compilation saved; nor on a thread beside the first chunks, which ran up to 40 % slower
+        beside it on 2 cores."""
         start = time.perf_counter()
-        env, run, sharding = self.env, self.run, self.sharding
-        seeds, replicated = PartitionSpec("seeds"), PartitionSpec()
-        store = program_store() if run.compile_cache and self.env_key is not None else None
-
-        def build(name: str, fn: Callable, in_specs: tuple, out_specs: Any, *args: Any, options: Any = None) -> Program:
-            return build_program(name, per_device(fn, sharding, in_specs, out_specs), args, describe=self.describe,
-                                 store=store, compiler_options=options)
-
-        self._init = build("init", init_program(self.algo_at), (seeds, seeds), seeds, self.keys, self.hparams,
-                           options=run_once_options())
-        abstract = self._init.out_info
-        self._chunk = build("chunk", chunk_program(self.algo_at), (seeds, seeds, replicated), (seeds, seeds),
-                            abstract, self.hparams, jax.device_put(jnp.int32(1), self.replicated))
-        self._evaluate = build("evaluate", eval_program(self.algo_at, env, run.eval_episodes), (seeds, seeds, seeds),
-                               seeds, abstract, self.hparams, self.eval_keys)
-        self.programs_loaded = sum(p.loaded for p in (self._init, self._chunk, self._evaluate))
+        self._init = self._build("init", init_program(self.algo_at), (SEEDS, SEEDS), SEEDS, self.keys, self.hparams,
+                                 options=run_once_options())
+        self._chunk = self._build("chunk", chunk_program(self.algo_at), (SEEDS, SEEDS, REPLICATED), (SEEDS, SEEDS),
+                                  self._init.out_info, self.hparams, jax.device_put(jnp.int32(1), self.replicated))
         self.compile_time_s += time.perf_counter() - start
+
+    def _build(self, name: str, fn: Callable, in_specs: tuple, out_specs: Any, *args: Any, options: Any = None
+               ) -> Program:
+        """`fn` (batched over the seed axis) on each device's own seeds, compiled or loaded (`build_program`)."""
+        store = program_store() if self.run.compile_cache and self.env_key is not None else None
+        program = build_program(name, per_device(fn, self.sharding, in_specs, out_specs), args, describe=self.describe,
+                                store=store, compiler_options=options)
+        self.programs_loaded += program.loaded
+        return program
 
     def init_state(self) -> Any:
         return self._init(self.keys, self.hparams)
@@ -233,6 +236,14 @@ class AnakinDriver:
         return state, {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
 
     def evaluate(self, state: Any) -> np.ndarray:
+        if self._evaluate is None:  # the first evaluation: its program is built now (`build`)
+            if self._inflight is not None:  # the queued chunk first, so that the compile does not slow it
+                jax.block_until_ready(self._inflight)
+            start = time.perf_counter()
+            self._evaluate = self._build("evaluate", eval_program(self.algo_at, self.env, self.run.eval_episodes),
+                                         (SEEDS, SEEDS, SEEDS), SEEDS, self._init.out_info, self.hparams,
+                                         self.eval_keys)
+            self.compile_time_s += time.perf_counter() - start
         return np.asarray(self._evaluate(state, self.hparams, self.eval_keys))
 
     def interrupted_state(self) -> None:

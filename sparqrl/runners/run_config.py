@@ -55,8 +55,8 @@ class RunConfig:
     whatever the state's size, more than a short chunk. A kill -9 loses at most this much training (Ctrl-C
     and the end of the run always save). 0: every checkpoint_every chunks."""
     progress: bool = True
-    """Show progress: a live bar on a terminal; otherwise (CI, a log file, nohup) a complete line every ~5 %
-    of the run (env steps, return, steps/s, ETA)."""
+    """Show progress: a live bar on a terminal; otherwise (CI, a log file, nohup) a complete line after the
+    first chunk and every ~5 % of the run (env steps, return, steps/s, ETA)."""
     compile_cache: bool = True
     """Keep compiled programs in JAX's persistent compilation cache ($XDG_CACHE_HOME/sparqrl/xla, default
     ~/.cache/sparqrl/xla) and their traced form in $XDG_CACHE_HOME/sparqrl/programs, so a second run of the

@@ -236,6 +236,11 @@ class _Session:
     def compile_time(self) -> float:
         return self.prior["compile_time_s"] + self.driver.compile_time_s
 
+    def training_clock(self) -> float:
+        """Seconds that leave out this session's compilation, also what is compiled between chunks (the
+        evaluation program, at the first evaluation): the clock of the steps/s shown and of the steady rate."""
+        return time.perf_counter() - self.driver.compile_time_s
+
     def meta(self, chunks_done: int, updates_done: int) -> dict[str, Any]:
         # running totals, like wall time: a resumed run's summary covers all its sessions
         return {"chunks_done": chunks_done, "updates_done": updates_done, "wall_time_s": self.elapsed(),
@@ -302,7 +307,7 @@ class _Session:
                                 resume_step=updates_done * driver.env_steps_per_update + 1 if resuming else None)
         bounds = driver.bounds
         steps_per_seed = bounds[-1] * driver.env_steps_per_update
-        session_start = (updates_done * driver.env_steps_per_update, time.perf_counter())
+        session_start = (updates_done * driver.env_steps_per_update, self.training_clock())
         driver.start(state, updates_done, stop)
         # Off the critical path: codecarbon's ~1.5 s start-up overlaps the first chunks on the device
         # instead of delaying compilation (which it slowed by as much, started beside it) or the first
@@ -317,7 +322,7 @@ class _Session:
                 stop.check()
                 state, per_seed = driver.run_chunk(chunk)
                 env_step = bounds[chunk] * driver.env_steps_per_update
-                self.steady.chunk_done(env_step * driver.members)
+                self.steady.chunk_done(env_step * driver.members, self.training_clock())
                 is_last = chunk == len(bounds) - 1
                 if is_last or (run.eval_every and (chunk + 1) % run.eval_every == 0):
                     eval_returns = driver.evaluate(state)
@@ -327,7 +332,7 @@ class _Session:
                 # Only a logged chunk may be checkpointed on Ctrl-C: a resume truncates the CSV to its
                 # checkpoint, so a row past it is redone, but a row missing before it would be lost.
                 self.latest = (chunk + 1, bounds[chunk], state)  # one assignment: an interrupt sees a consistent triple
-                rate = (env_step - session_start[0]) * driver.members / max(time.perf_counter() - session_start[1], 1e-9)
+                rate = (env_step - session_start[0]) * driver.members / max(self.training_clock() - session_start[1], 1e-9)
                 progress.update(task, completed=env_step, sps=rate, ret=_fmt_return(per_seed))
                 due = (chunk + 1) % run.checkpoint_every == 0
                 if is_last or (due and time.perf_counter() - self.last_save >= run.checkpoint_interval_s):
@@ -402,15 +407,16 @@ class _Session:
 
 class SteadyRate:
     """Env steps per second of all members between the end of a session's first chunk and the end of its
-    last: the host's work between chunks (logging, evaluations, periodic checkpoints) is in it; compilation,
-    init, the first chunk, the final evaluation and the final checkpoint are not."""
+    last: the host's work between chunks (logging, evaluations, periodic checkpoints) is in it; compilation
+    (the session's `training_clock` leaves it out), init, the first chunk, the final evaluation and the final
+    checkpoint are not."""
 
     def __init__(self) -> None:
         self.first: tuple[int, float] | None = None  # (env steps, time) at the end of the first chunk
         self.last: tuple[int, float] | None = None
 
-    def chunk_done(self, env_steps: int) -> None:
-        mark = (env_steps, time.perf_counter())
+    def chunk_done(self, env_steps: int, now: float) -> None:
+        mark = (env_steps, now)
         if self.first is None:
             self.first = mark
         else:

@@ -31,7 +31,8 @@ def make_progress(enabled: bool, *, terminal: bool | None = None) -> Any:
 
 
 class LineProgress:
-    """One complete line each time the run passes another `every` of its env steps, and at its end:
+    """One complete line at the session's first progress (its first chunk: the run is seen to train as soon
+    as it does), then each time the run passes another `every` of its env steps, and at its end:
     `ppo CartPole-v1: 250,000/500,000 env steps (50%), return 87.3, 120,433 steps/s, ETA 0:00:02`."""
 
     def __init__(self, every: float = 0.05, stream: Any = None):
@@ -47,7 +48,7 @@ class LineProgress:
 
     def add_task(self, description: str, total: int, **fields: Any) -> int:
         self._tasks.append({"description": description, "total": max(int(total), 1),
-                            "start": None, "mark": 0, **fields})
+                            "start": None, "mark": 0, "shown": False, **fields})
         return len(self._tasks) - 1
 
     def update(self, task: int, completed: int | None = None, **fields: Any) -> None:
@@ -60,9 +61,10 @@ class LineProgress:
         if t["start"] is None:  # the first update sets where this session starts (a resume: not 0)
             t["start"], t["mark"] = (completed, now), mark
             return
-        if mark <= t["mark"] and completed < t["total"]:
+        passed = mark > t["mark"] or completed >= t["total"]  # another `every`, or the end
+        if completed <= t["start"][0] or (t["shown"] and not passed):
             return
-        t["mark"] = mark
+        t["mark"], t["shown"] = mark, True
         fraction = completed / t["total"]
         done, began = completed - t["start"][0], now - t["start"][1]
         eta = (t["total"] - completed) * began / done if done > 0 else float("nan")
