@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from sparqrl.algos.actor_critic import PolicyParams, make_acting
+from sparqrl.algos.actor_critic import PolicyParams, make_acting, sample_with_noise, sampling_noise
 from sparqrl.algos.base import (
     ActorLearner, Algorithm, Step, clipped_adam, episode_metrics, has_tracers, make_hparams_train_fn,
 )
@@ -247,13 +247,13 @@ def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | No
             discounted_return=discounted_return,
         )
 
-    def rollout_step(state: PPOState, key: jax.Array) -> tuple[PPOState, Transition]:
-        act_key, env_key = jax.random.split(key)
+    def rollout_step(state: PPOState, inputs: tuple[jax.Array, jax.Array]) -> tuple[PPOState, Transition]:
+        env_keys, noise = inputs  # drawn for the whole rollout in `update`
         obs = observe(state.obs_stats, state.obs)
         dist, value = network.apply(state.params, obs)
-        action = dist.sample(seed=act_key)
+        action = sample_with_noise(dist, noise)
         log_prob = dist.log_prob(action)
-        out = jax.vmap(env.step)(jax.random.split(env_key, config.num_envs), state.env_state, env_action(action))
+        out = jax.vmap(env.step)(env_keys, state.env_state, env_action(action))
         done = jnp.logical_or(out.terminated, out.truncated)
         next_obs = out.obs.astype(jnp.float32)
 
@@ -303,10 +303,11 @@ def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | No
     learn_batch = make_learn_batch(config, network, optimizer, meta_params)
 
     def update(state: PPOState) -> tuple[PPOState, dict[str, jax.Array]]:
-        key, rollout_key, epoch_key = jax.random.split(state.key, 3)
-        state, traj = jax.lax.scan(
-            rollout_step, state._replace(key=key), jax.random.split(rollout_key, config.num_steps)
-        )
+        key, env_key, noise_key, epoch_key = jax.random.split(state.key, 4)
+        # every step's env keys and sampling noise at once: a random-number program per update, not per step
+        env_keys = jax.random.split(env_key, (config.num_steps, config.num_envs))
+        noise = sampling_noise(noise_key, (config.num_steps, config.num_envs, action_dim(env)), discrete)
+        state, traj = jax.lax.scan(rollout_step, state._replace(key=key), (env_keys, noise))
         _, last_value = network.apply(state.params, observe(state.obs_stats, state.obs))
         next_values = bootstrap_values(traj.value, last_value, traj.truncated, traj.truncated_value)
         advantages, targets = gae(
