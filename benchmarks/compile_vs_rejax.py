@@ -138,8 +138,8 @@ def main() -> None:
                     for name, t in (("best", best), ("median", median))]
         print(f"    {text}: " + ", ".join(verdicts))
     if args.json:
-        args.json.write_text(json.dumps({"seeds": args.seeds, "rounds": rounds, "best": best, "median": median}, indent=2)
-                             + "\n")
+        result = {"seeds": args.seeds, "rounds": rounds, "best": best, "median": median}
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

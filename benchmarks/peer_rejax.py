@@ -18,10 +18,6 @@ evaluation skipped (`skip_initial_evaluation=True`) and `eval_freq = total_times
 ONE `fori_loop` over all iterations inside a length-1 scan (sparqrl's whole-run program has no
 evaluation either). After the timing, --eval-episodes episodes of the trained 1-seed policy are run
 with rejax's own `evaluate` (a sanity check that the matched config learns; not timed).
-with_eval (1 seed and --seeds): the compile time only (trace_s, lower_s, xla_s, compile_s) of `train` with
-rejax's evaluation in it, as a user runs it (its default callback, 128 episodes, here every tenth of the
-run; the initial evaluation skipped): what compares with sparqrl's runner, which builds its evaluation
-program beside the training ones.
 
 Hyperparameters: sparqrl's defaults, passed in by vs_rejax.py as --config JSON (its `ppo.Config` /
 `dqn.Config` as a dict); the defaults below are copies of them for a standalone run. Mapping:
@@ -227,8 +223,6 @@ def main() -> None:
     build_start = time.perf_counter()
     algo, total = make(cfg, args.steps)
     build_s = time.perf_counter() - build_start
-    # with rejax's own evaluation (its default callback), every tenth of the run: only compiled (see the docstring)
-    evaluating = algo.replace(eval_freq=max(total // 10, 1))
     # no evaluation while timing (see the docstring)
     algo = algo.replace(eval_callback=lambda algo, ts, rng: ())
 
@@ -262,9 +256,6 @@ def main() -> None:
     _, run = run_timed(compiled, keys, args.repeats)
     result["many_seeds"] = {**comp, **run, "seeds": args.seeds,
                             "env_steps_per_s": total * args.seeds / run["run_s"]}
-    del compiled
-    result["one_seed"]["with_eval"] = compile_timed(evaluating.train, key)[1]
-    result["many_seeds"]["with_eval"] = compile_timed(jax.vmap(evaluating.train), keys)[1]
 
     line = json.dumps(result)
     if args.json:

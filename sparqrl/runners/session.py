@@ -64,7 +64,7 @@ class Driver(Protocol):
     startup_s: float  # this session's other set-up kept out of env_steps_per_s (starting actors)
 
     def abstract_state(self) -> Any: ...  # the restore target: shapes, dtypes, shardings (nothing compiled)
-    def build(self) -> None: ...  # compile what the run needs up front
+    def build(self) -> None: ...  # compile what training starts with (more may compile later: compile_time_s)
     def init_state(self) -> Any: ...
     def start(self, state: Any, updates_done: int, stop: StopRequests) -> None: ...
     def run_chunk(self, chunk: int) -> tuple[Any, dict[str, np.ndarray]]: ...  # -> (state, per-seed metrics)
@@ -332,7 +332,8 @@ class _Session:
                 # Only a logged chunk may be checkpointed on Ctrl-C: a resume truncates the CSV to its
                 # checkpoint, so a row past it is redone, but a row missing before it would be lost.
                 self.latest = (chunk + 1, bounds[chunk], state)  # one assignment: an interrupt sees a consistent triple
-                rate = (env_step - session_start[0]) * driver.members / max(self.training_clock() - session_start[1], 1e-9)
+                seconds = max(self.training_clock() - session_start[1], 1e-9)
+                rate = (env_step - session_start[0]) * driver.members / seconds
                 progress.update(task, completed=env_step, sps=rate, ret=_fmt_return(per_seed))
                 due = (chunk + 1) % run.checkpoint_every == 0
                 if is_last or (due and time.perf_counter() - self.last_save >= run.checkpoint_interval_s):
