@@ -3,7 +3,7 @@
     bash benchmarks/setup_rejax.sh                 # once: the peer's venv (.bench-rejax-venv)
     .venv/bin/python benchmarks/compile_vs_rejax.py [--rounds 3] [--seeds 1] [--json OUT]
 
-PPO on CartPole-v1, 500k env steps, sparqrl's default hyperparameters on both sides (as
+PPO on CartPole-v1, 976 updates (499,712 env steps), sparqrl's default hyperparameters on both sides (as
 benchmarks/vs_rejax.py, whose peer script builds rejax's side). Each round runs four fresh processes, one
 after the other, each compiling one thing cold (no persistent cache) and printing trace + lower + XLA
 seconds:
@@ -11,7 +11,7 @@ seconds:
   sparqrl whole      `jax.jit(make_train_fn(algo))` (vmapped over --seeds > 1): no evaluation
   sparqrl runner     what a run of `sparqrl.runners.train` counts in summary.json's compile_time_s: its init
                      and chunk programs, then its evaluation program (built at the first evaluation)
-  rejax whole        rejax's `train` with its evaluation callback a no-op (as vs_rejax.py times it)
+  rejax whole        rejax's `train` with its evaluation callback a no-op (both whole programs: kernel_counts.build)
   rejax with eval    rejax's `train` with its own evaluation (its default callback) in the program
 
 The whole programs compare with each other; the runner, which builds an evaluation program, with rejax's
@@ -32,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER_PYTHON = ROOT / ".bench-rejax-venv" / "bin" / "python"
-STEPS = 500_000
+UPDATES = 976  # 499,712 env steps of 4 envs x 128 steps, as kernel_counts.py
 SIDES = ("sparqrl whole", "sparqrl runner", "rejax whole", "rejax with eval")
 
 
@@ -50,41 +50,37 @@ def timed_compile(fn, seeds: int) -> float:
     return compile_timed(fn if seeds == 1 else jax.vmap(fn), keys(seeds))[1]["compile_s"]
 
 
-def sparqrl_side(side: str, seeds: int) -> float:
-    from sparqrl.runners.session import use_compile_cache
+def compile_side(side: str, seeds: int) -> float:
+    """The cold compile seconds of one side, in this (fresh) process."""
+    if side.endswith("whole"):  # the two whole programs exactly as kernel_counts.py builds and times them
+        from kernel_counts import build
 
-    use_compile_cache(False)
-    from sparqrl.algos import make_train_fn, ppo
-    from sparqrl.envs import make_env
+        if side.startswith("sparqrl"):
+            from sparqrl.runners.session import use_compile_cache
 
-    if side == "sparqrl whole":
-        env = make_env("CartPole-v1")
-        return timed_compile(make_train_fn(ppo.make_algorithm(ppo.Config(total_timesteps=STEPS).validate(env), env)),
-                             seeds)
+            use_compile_cache(False)
+        return timed_compile(build(side.split()[0], UPDATES), seeds)
+    if side == "rejax with eval":
+        from peer_rejax import PPO_DEFAULTS, make_ppo
+
+        algo, total = make_ppo(dict(PPO_DEFAULTS), UPDATES * 512)
+        return timed_compile(algo.replace(eval_freq=max(total // 10, 1)).train, seeds)
     import tempfile
 
     from vs_rejax import runner_config
 
+    from sparqrl.algos import ppo
     from sparqrl.runners.anakin import make_driver, prepare
+    from sparqrl.runners.session import use_compile_cache
 
+    use_compile_cache(False)
     with tempfile.TemporaryDirectory() as out:
         run = runner_config(seeds, 50, out)
-        module, config, env = prepare("ppo", ppo.Config(total_timesteps=STEPS), run)
+        module, config, env = prepare("ppo", ppo.Config(total_timesteps=UPDATES * 512), run)
         driver = make_driver("ppo", module, config, env, run)
         driver.build()
         driver.evaluate(driver.init_state())  # (builds the evaluation program, as a run's first evaluation)
         return driver.compile_time_s
-
-
-def rejax_side(side: str, seeds: int) -> float:
-    from peer_rejax import PPO_DEFAULTS, make_ppo
-
-    algo, total = make_ppo(dict(PPO_DEFAULTS), STEPS)
-    if side == "rejax whole":
-        algo = algo.replace(eval_callback=lambda algo, ts, rng: ())
-    else:
-        algo = algo.replace(eval_freq=max(total // 10, 1))
-    return timed_compile(algo.train, seeds)
 
 
 def run_side(side: str, seeds: int) -> float:
@@ -113,13 +109,12 @@ def main() -> None:
         import warnings
 
         warnings.filterwarnings("ignore")
-        side = rejax_side if args.side.startswith("rejax") else sparqrl_side
-        print(json.dumps({"compile_s": side(args.side, args.seeds)}))
+        print(json.dumps({"compile_s": compile_side(args.side, args.seeds)}))
         return
     if not PEER_PYTHON.exists():
         raise SystemExit(f"{PEER_PYTHON} not found: run `bash benchmarks/setup_rejax.sh` first")
     rounds = []
-    print(f"PPO CartPole-v1, {STEPS:,} steps, {args.seeds} seed(s): compile s (trace + lower + XLA), cold, "
+    print(f"PPO CartPole-v1, {UPDATES * 512:,} steps, {args.seeds} seed(s): compile s (trace + lower + XLA), cold, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"  {'round':<7}" + "".join(f"{side:>17}" for side in SIDES) + "  whole/whole  runner/with eval")
     for r in range(args.rounds):

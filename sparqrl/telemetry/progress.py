@@ -48,7 +48,7 @@ class LineProgress:
 
     def add_task(self, description: str, total: int, **fields: Any) -> int:
         self._tasks.append({"description": description, "total": max(int(total), 1),
-                            "start": None, "mark": 0, "shown": False, **fields})
+                            "start": None, "mark": 0, **fields})
         return len(self._tasks) - 1
 
     def update(self, task: int, completed: int | None = None, **fields: Any) -> None:
@@ -59,12 +59,11 @@ class LineProgress:
         now = time.perf_counter()
         mark = completed * self.marks // t["total"]
         if t["start"] is None:  # the first update sets where this session starts (a resume: not 0)
-            t["start"], t["mark"] = (completed, now), mark
+            t["start"], t["mark"] = (completed, now), mark - 1  # (so its first progress passes a mark)
             return
-        passed = mark > t["mark"] or completed >= t["total"]  # another `every`, or the end
-        if completed <= t["start"][0] or (t["shown"] and not passed):
+        if completed <= t["start"][0] or (mark <= t["mark"] and completed < t["total"]):
             return
-        t["mark"], t["shown"] = mark, True
+        t["mark"] = mark
         fraction = completed / t["total"]
         done, began = completed - t["start"][0], now - t["start"][1]
         eta = (t["total"] - completed) * began / done if done > 0 else float("nan")
