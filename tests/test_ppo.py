@@ -335,7 +335,8 @@ def test_continuous_with_normalisation_runs_and_acts_within_bounds(pendulum):
 
 def test_vmapped_init_equals_separate_inits_and_does_not_hang(cartpole):
     """Batched LAPACK QR (orthogonal init) deadlocked jaxlib 0.10's CPU thread pool on 2 cores, at
-    nearly every call of a vmapped init; PPO initialises one key at a time under vmap instead."""
+    nearly every call of a vmapped init; every orthogonal kernel is drawn one key at a time under vmap
+    instead (`nets.modules.orthogonal`)."""
     algo = ppo.make_algorithm(SMALL, cartpole)
     keys = jax.random.split(jax.random.PRNGKey(3), (2, 3))  # e.g. hyperparameters x seeds: nested vmap
     init = jax.jit(jax.vmap(jax.vmap(lambda key: algo.init(key).params)))

@@ -342,11 +342,9 @@ def init_state(prepared: Prepared) -> Any:
 
 
 def population_devices(popsize: int) -> int:
-    """The most devices (of those present) that divide the population evenly. Not on the CPU: with XLA's
-    forced host devices, the gather of the members' fitness before `tell` deadlocked (seen with DQN's
-    inner program on 2 cores), and one CPU device already uses every core."""
-    if jax.devices()[0].platform == "cpu":
-        return 1
+    """The most devices (of those present) that divide the population evenly. On the CPU that is one unless
+    XLA_FLAGS forces several host devices. (The gather of the members' fitness before `tell` once hung
+    there: it waited for a device stuck in its inner trainings' batched QR, `nets.modules.orthogonal`.)"""
     return max(d for d in range(1, jax.device_count() + 1) if popsize % d == 0)
 
 

@@ -17,10 +17,11 @@ def sequential_under_vmap(fn: Callable) -> Callable:
     """`fn(key)` that, when vmapped, runs once per key in a `lax.map` instead of as one batched program.
 
     Why: Flax's orthogonal initialiser calls LAPACK QR. Batched (vmapped over seeds), jaxlib 0.10's CPU
-    QR kernel splits the batch over XLA's intra-op thread pool and blocks a pool thread until the parts
-    finish; two such QRs running at once (actor and critic) can take every thread of a small pool and
-    wait on each other forever (seen on a 2-core machine, most runs of a vmapped init). One QR per
-    map iteration never splits. Initialisation is a negligible part of a run, so the loop costs nothing.
+    QR kernel (`ParallelBatchMap`) runs on a thread of XLA's intra-op pool, queues the batch's parts on
+    the same pool and blocks that thread until they finish. Two such QRs at once (actor and critic of one
+    program, or one per device when the seeds are spread over forced CPU devices) can take every thread
+    of the pool (one per core) and wait forever for parts that no free thread is left to run. One QR
+    per map iteration is not split, so it never waits. Initialisation is a negligible part of a run.
     """
     wrapped = jax.custom_batching.custom_vmap(fn)
 
@@ -33,8 +34,23 @@ def sequential_under_vmap(fn: Callable) -> Callable:
     return wrapped
 
 
+def orthogonal(gain: float) -> Callable[..., jax.Array]:
+    """Flax's orthogonal initialiser with its QR never batched: vmapped (over seeds, settings, a
+    population), each kernel is drawn in a `lax.map` (`sequential_under_vmap`). Every orthogonal kernel
+    of sparqrl's networks is drawn through here, so no algorithm has to remember it: with several CPU
+    devices (the CLI's seed spreading) each device's batched QR held one of the pool's threads waiting
+    for work queued behind the other's, and the run hung before its first line (DQN, 4 seeds on 2
+    devices)."""
+    draw = nn.initializers.orthogonal(gain)
+
+    def init(key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
+        return sequential_under_vmap(lambda k: draw(k, shape, dtype))(key)
+
+    return init
+
+
 def dense(features: int, gain: float = float(np.sqrt(2.0))) -> nn.Dense:
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(gain), bias_init=nn.initializers.zeros)
+    return nn.Dense(features, kernel_init=orthogonal(gain), bias_init=nn.initializers.zeros)
 
 
 def flatten_obs(obs: jax.Array, obs_ndim: int) -> jax.Array:
@@ -47,7 +63,7 @@ def init_dense(scheme: str, features: int, fan_in: int) -> nn.Dense:
     'torch' (its TD3): PyTorch's default Linear init, weights and biases U(−1/√fan_in, 1/√fan_in);
     'orthogonal' (its SAC): orthogonal weights with gain 1, zero biases."""
     if scheme == "orthogonal":
-        return nn.Dense(features, kernel_init=nn.initializers.orthogonal(1.0), bias_init=nn.initializers.zeros)
+        return nn.Dense(features, kernel_init=orthogonal(1.0), bias_init=nn.initializers.zeros)
     bound = 1.0 / float(np.sqrt(fan_in))
 
     def bias_init(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
@@ -120,7 +136,7 @@ def conv_features(x: jax.Array, kind: str, activation: str) -> jax.Array:
     x = x.reshape((-1,) + x.shape[-3:]).astype(jnp.float32) * CONV_INPUT_SCALE[kind]
     for features, kernel, stride, padding in CONV_LAYERS[kind]:
         conv = nn.Conv(features, (kernel, kernel), (stride, stride), padding=padding,
-                       kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)))
+                       kernel_init=orthogonal(float(np.sqrt(2.0))))
         x = ACTIVATIONS[activation](conv(x))
     return x.reshape(batch_shape + (-1,))
 

@@ -27,7 +27,7 @@ from sparqrl.algos.base import (
 )
 from sparqrl.algos.impala.config import Config
 from sparqrl.envs import Env, action_dim, is_discrete
-from sparqrl.nets import ActorCritic, sequential_under_vmap
+from sparqrl.nets import ActorCritic
 from sparqrl.returns import vtrace
 
 
@@ -67,7 +67,8 @@ def make_actor_learner(config: Config, env: Any) -> ActorLearner:
                           hidden=tuple(config.hidden), activation=config.activation, torso=config.torso)
     learning_rate = optax.linear_schedule(config.lr, 0.0, config.num_updates) if config.anneal_lr else config.lr
     optimizer = clipped_adam(learning_rate, config.max_grad_norm, eps=1e-5)
-    init_params = sequential_under_vmap(lambda key: network.init(key, jnp.zeros((1, *obs_shape), jnp.float32)))
+    def init_params(key: jax.Array) -> Any:
+        return network.init(key, jnp.zeros((1, *obs_shape), jnp.float32))
 
     def init(key: jax.Array) -> Learner:
         key, params_key = jax.random.split(key)

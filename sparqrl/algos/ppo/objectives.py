@@ -312,7 +312,9 @@ def load_meta_params(path: str | os.PathLike[str], like: Any) -> Any:
       path: the .npz file, or a meta run's folder holding `best_meta_params.npz`.
       like: a pytree with the expected structure and shapes (e.g. `lpo_init()`).
     Returns:
-      a pytree like `like`, float32 leaves.
+      a pytree like `like`, NumPy float32 leaves: host values, so that a rule read while the runner
+      traces its program (`make_algorithm` inside shard_map) is a constant of it, never a tracer
+      (`params_digest` hashes it).
     Raises:
       ConfigError (one line) if the file is missing or unreadable, or an array is missing or of
       another shape than expected (naming the file, the array, and the expected and found shapes).
@@ -336,7 +338,7 @@ def load_meta_params(path: str | os.PathLike[str], like: Any) -> Any:
             f"meta-parameter file {path} has the wrong shape: expected {_describe(expected_shapes)}, "
             f"found {_describe(found_shapes)}"
         )
-    return jax.tree.unflatten(treedef, [jnp.asarray(found[name], jnp.float32) for name in names])
+    return jax.tree.unflatten(treedef, [np.asarray(found[name], np.float32) for name in names])
 
 
 def _describe(shapes: dict[str, tuple[int, ...]]) -> str:

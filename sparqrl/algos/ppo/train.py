@@ -42,7 +42,7 @@ from sparqrl.envs import (
     running_stats_init,
     running_stats_update,
 )
-from sparqrl.nets import ActorCritic, cnn_kind, sequential_under_vmap
+from sparqrl.nets import ActorCritic, cnn_kind
 
 
 class PPOState(NamedTuple):
@@ -213,9 +213,8 @@ def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | No
         action_low = np.asarray(env.action_space.low, np.float32)
         action_high = np.asarray(env.action_space.high, np.float32)
 
-    init_params = sequential_under_vmap(
-        lambda key: network.init(key, jnp.zeros((1, *env.observation_shape), jnp.float32))
-    )
+    def init_params(key: jax.Array) -> Any:
+        return network.init(key, jnp.zeros((1, *env.observation_shape), jnp.float32))
 
     def observe(obs_stats: RunningStats | None, obs: jax.Array) -> jax.Array:
         return obs if obs_stats is None else normalize(obs_stats, obs)
@@ -401,11 +400,12 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
         obs = jnp.asarray(obs, jnp.float32)
         return obs if obs_stats is None else normalize(obs_stats, obs)
 
-    init_params = sequential_under_vmap(lambda key: network.init(key, jnp.zeros((1, *obs_shape), jnp.float32)))
+    def init_params(key: jax.Array) -> Any:
+        return network.init(key, jnp.zeros((1, *obs_shape), jnp.float32))
 
     def init(key: jax.Array) -> HostLearner:
         key, params_key = jax.random.split(key)
-        params = init_params(params_key)  # vmapped over seeds: one orthogonal init at a time (see there)
+        params = init_params(params_key)
         return HostLearner(
             params=params,
             opt_state=optimizer.init(params),

@@ -36,7 +36,7 @@ from sparqrl.algos.sac.losses import (
 )
 from sparqrl.envs import Env, action_dim
 from sparqrl.lockstep import lockstep_cond
-from sparqrl.nets.modules import HeadMLP, TwinCritic, flatten_obs, sequential_under_vmap
+from sparqrl.nets.modules import HeadMLP, TwinCritic, flatten_obs
 
 
 class SACAgent(NamedTuple):
@@ -113,7 +113,6 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
     target_entropy = config.target_entropy(action_dim(env))
     example_obs, example_action = loop.examples(env)
 
-    @sequential_under_vmap  # orthogonal init runs a QR: one per seed, never batched (see nets.modules)
     def init_params(key: jax.Array) -> tuple[Any, Any]:
         actor_key, critic_key = jax.random.split(key)
         return nets.actor.init(actor_key, example_obs), nets.critic.init(critic_key, example_obs, example_action)
