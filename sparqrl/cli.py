@@ -372,6 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[0] not in commands:
         print(f"sparqrl: error: unknown command {argv[0]!r}; use one of: {', '.join(commands)}", file=sys.stderr)
         return 2
+    from sparqrl import signals
     from sparqrl.runners import RunFailed, RunInterrupted
 
     try:
@@ -384,7 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except (RunInterrupted, KeyboardInterrupt) as stop:
         print(f"sparqrl: {str(stop) or 'interrupted before the run started; nothing was written'}", file=sys.stderr)
-        return 130
+        return signals.exit_status()
 
 
 if __name__ == "__main__":

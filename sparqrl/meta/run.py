@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -41,6 +41,7 @@ from sparqrl.algos import get_algorithm
 from sparqrl.algos.ppo import objectives
 from sparqrl.meta import tasks as meta_tasks
 from sparqrl.meta.strategies import PRESETS, STRATEGIES, Strategy, make_strategy, member_keys
+from sparqrl.runfiles import open_nofollow, write_atomic
 
 CHECKPOINT = "checkpoint.npz"
 FITNESS_CSV = "fitness.csv"
@@ -216,6 +217,8 @@ def prepare(config: MetaConfig) -> Prepared:
     from sparqrl.telemetry import validate_country
 
     meta_tasks.check_task(config.task)
+    cfg.check_numbers(config)
+    cfg.check_path("out", config.out)
     if config.strategy not in STRATEGIES:
         cfg.fail("strategy", config.strategy,
                  f"must be one of {', '.join(STRATEGIES)}{cfg.close_matches(config.strategy, STRATEGIES)}")
@@ -358,13 +361,9 @@ def save_checkpoint(path: Path, state: Any, generation: int, totals: dict[str, A
     arrays = {f"leaf_{i:04d}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
     arrays["generation"] = np.asarray(generation, np.int64)
     arrays["totals"] = np.asarray(json.dumps(totals))
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with tmp.open("wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    data = io.BytesIO()
+    np.savez(data, **arrays)
+    write_atomic(path, data.getvalue())
 
 
 def load_checkpoint(path: Path, like: Any) -> tuple[Any, int, dict[str, Any]]:
@@ -394,10 +393,9 @@ def _truncate_rows(path: Path, generations: int) -> None:
     if not rows:
         return
     kept = [r for r in rows[1:] if len(r) == len(rows[0]) and r[0].isdigit() and int(r[0]) <= generations]
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", newline="") as f:
-        csv.writer(f).writerows([rows[0], *kept])
-    os.replace(tmp, path)
+    text = io.StringIO(newline="")
+    csv.writer(text).writerows([rows[0], *kept])
+    write_atomic(path, text.getvalue())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -489,10 +487,19 @@ def _fmt(value: Any) -> str:
 
 def run_meta(prepared: Prepared, rundir: Any, *, resuming: bool,
              on_generation: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Run (or go on with) the meta run in `rundir`; returns summary.json's content.
+    """Run (or go on with) the meta run in `rundir`, whose writer's lock this process holds (released at
+    the end); returns summary.json's content.
 
     on_generation(g): called after generation g (1-based) is logged and checkpointed (tests stop a run
     there by raising)."""
+    try:
+        return _run_meta(prepared, rundir, resuming, on_generation)
+    finally:
+        rundir.release()
+
+
+def _run_meta(prepared: Prepared, rundir: Any, resuming: bool, on_generation: Callable[[int], None] | None
+              ) -> dict[str, Any]:
     from tensorboardX import SummaryWriter
 
     from sparqrl import signals
@@ -525,7 +532,7 @@ def run_meta(prepared: Prepared, rundir: Any, *, resuming: bool,
     csv_path = rundir.claim(FITNESS_CSV)
     _truncate_rows(csv_path, done)
     if not csv_path.exists() or csv_path.stat().st_size == 0:
-        with csv_path.open("w", newline="") as f:
+        with open_nofollow(csv_path, "w") as f:
             csv.writer(f).writerow(columns)
     writer = SummaryWriter(str(rundir.claim("tensorboard")), purge_step=done + 1 if done else None)
     rundir.claim(CHECKPOINT)
@@ -544,7 +551,7 @@ def run_meta(prepared: Prepared, rundir: Any, *, resuming: bool,
                 totals["env_steps"] += steps_per_generation
                 wall = totals["wall_time_s"] + time.perf_counter() - wall_start
                 row = _row(generation + 1, metrics, np.asarray(fitness), aux, totals["env_steps"], wall)
-                with csv_path.open("a", newline="") as f:
+                with open_nofollow(csv_path, "a") as f:
                     csv.writer(f).writerow([_fmt(row[c]) for c in columns])
                 for name in columns[1:-2]:
                     if math.isfinite(row[name]):
@@ -637,8 +644,13 @@ def resume_meta(path: str, generations: int | None = None, progress: bool | None
     if summary.is_file() and generations in (None, config.generations):
         return json.loads(summary.read_text())  # finished: left as it is
     config = dataclasses.replace(config, **changes)
-    prepared = prepare(config)
-    if generations is not None and (rundir.path / "summary.json").exists():
-        (rundir.path / "summary.json").unlink()  # no longer finished: more generations follow
-    rundir.write_text("config.json", _config_json(prepared))
+    rundir.lock()  # the one writer from here on (run_meta releases it)
+    try:
+        prepared = prepare(config)
+        if generations is not None and (rundir.path / "summary.json").exists():
+            (rundir.path / "summary.json").unlink()  # no longer finished: more generations follow
+        rundir.write_text("config.json", _config_json(prepared))
+    except BaseException:
+        rundir.release()
+        raise
     return run_meta(prepared, rundir, resuming=True, on_generation=on_generation)

@@ -43,10 +43,14 @@ def resume(out_dir: str | Path, progress: bool | None = None, **kwargs: Any) -> 
     if rundir.finished:
         notify(f"{out_dir} is a finished run ({run.env}, {algo_name}); nothing to do")
         return finished_summary(rundir)
-    use_compile_cache(run.compile_cache)
-    if is_host_env(run.env):
-        return _host_runner().resume(rundir, algo_name, algo_config, run, **kwargs)
-    return anakin.resume(rundir, algo_name, algo_config, run, **kwargs)
+    rundir.lock()  # the one writer from here on (the session releases it; so does a failure before it)
+    try:
+        use_compile_cache(run.compile_cache)
+        if is_host_env(run.env):
+            return _host_runner().resume(rundir, algo_name, algo_config, run, **kwargs)
+        return anakin.resume(rundir, algo_name, algo_config, run, **kwargs)
+    finally:
+        rundir.release()
 
 
 def evaluate_saved(out_dir: str | Path, episodes: int | None = None, seed: int | None = None) -> dict:

@@ -3,6 +3,12 @@
 Every checkpoint's meta carries a CRC-32 of the state's bytes and is written only for a finite state, so
 a restore can tell an intact checkpoint from a damaged one (a truncated or altered data file, bad
 metadata) and a run never resumes from NaNs. `restore_intact` takes the newest intact checkpoint.
+
+A reader (eval, export, compare, load) opens the folder read-only: it creates nothing and passes a damaged
+checkpoint over without deleting it (deleting stays with the writer, a resume). Neither follows a link:
+the folder and everything in it is checked before each restore and each save, so orbax never reads
+through one, nor deletes an old step that is one (with several threads, its deletion would empty the
+folder the link points to).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from typing import Any, Iterator, NamedTuple
 
 import jax
 import numpy as np
+
+from sparqrl.runfiles import check_no_links
 
 CHECKSUM = "state_crc32"
 
@@ -62,22 +70,30 @@ def _orbax() -> Any:
 
 
 class Checkpointer:
-    """Keeps the last two checkpoints in `directory`; each holds `state` and `meta` (JSON)."""
+    """Keeps the last two checkpoints in `directory`; each holds `state` and `meta` (JSON). `read_only`:
+    a reader's, which never creates, writes or deletes anything."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, read_only: bool = False):
         self._directory = directory.absolute()
-        self._directory.mkdir(parents=True, exist_ok=True)  # a folder that cannot be made fails here, as before
+        self._read_only = read_only
+        if not read_only:
+            self._check_links()
+            self._directory.mkdir(parents=True, exist_ok=True)  # a folder that cannot be made fails here, as before
         self._opened: Any = None  # orbax's CheckpointManager, made on first use
 
     @property
     def _manager(self) -> Any:
         if self._opened is None:
             ocp = _orbax()
-            self._opened = ocp.CheckpointManager(
-                self._directory,
-                options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True, enable_async_checkpointing=False),
-            )
+            options = (ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0,
+                                                    enable_async_checkpointing=False) if self._read_only else
+                       ocp.CheckpointManagerOptions(max_to_keep=2, create=True, enable_async_checkpointing=False))
+            self._opened = ocp.CheckpointManager(self._directory, options=options)
         return self._opened
+
+    def _check_links(self) -> None:
+        """The folder and every step, file and folder in it is no link (`sparqrl.runfiles.LinkRefused`)."""
+        check_no_links(self._directory.parent, [self._directory.name])
 
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
         """Save `state` as `step` (replacing one there); raises `NonFiniteState` instead of saving NaNs."""
@@ -86,17 +102,27 @@ class Checkpointer:
         if bad is not None:
             raise NonFiniteState(f"the state's {bad} is not finite")
         meta = {**meta, CHECKSUM: state_checksum(host)}
+        self._check_links()  # orbax replaces this step and deletes the oldest
         ocp = _orbax()
-        self._manager.save(
-            step,
-            args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-            force=True,
-        )
-        self._manager.wait_until_finished()
+        failed: list[str] = []
+        with _quiet_failures(failed):  # a failed write (a full disk) is the exception raised here, in one line
+            try:
+                self._manager.save(
+                    step,
+                    args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+                    force=True,
+                )
+                self._manager.wait_until_finished()
+            except Exception as error:
+                failed.append(_one_line(error))
+                raise
 
     def steps(self) -> list[int]:
         """Finished checkpoints, newest first (a write cut short is never listed: orbax renames a
         checkpoint into place only once it is complete)."""
+        if self._read_only and not self._directory.is_dir():
+            return []  # a run stopped before its first checkpoint
+        self._check_links()
         self._manager.reload()
         return sorted(self._manager.all_steps(), reverse=True)
 
@@ -114,8 +140,9 @@ class Checkpointer:
         return state, meta
 
     def restore_intact(self, abstract_state: Any) -> Restored | None:
-        """The newest checkpoint that restores and verifies, with the damaged newer ones it passed over;
-        None when there is no checkpoint at all. Raises `DamagedCheckpoints` when none is intact."""
+        """The newest checkpoint that restores and verifies, with the damaged newer ones it passed over
+        (a writer deletes them: the run writes those steps again); None when there is no checkpoint at all.
+        Raises `DamagedCheckpoints` when none is intact."""
         damaged: list[tuple[int, str]] = []
         with _quiet_failures(damaged):
             for step in self.steps():
@@ -124,9 +151,10 @@ class Checkpointer:
                 except Exception as error:  # noqa: BLE001 - any failure to read a checkpoint means it is damaged
                     damaged.append((step, _one_line(error)))
                     continue
-                for bad, _ in damaged:  # the run will write these steps again
-                    shutil.rmtree(self._directory / str(bad), ignore_errors=True)
-                self._manager.reload()
+                if not self._read_only:
+                    for bad, _ in damaged:
+                        shutil.rmtree(self._directory / str(bad), ignore_errors=True)
+                    self._manager.reload()
                 return Restored(state, meta, step, damaged)
         if damaged:
             raise DamagedCheckpoints(damaged)
@@ -144,26 +172,39 @@ class DamagedCheckpoints(Exception):
 
 
 @contextlib.contextmanager
-def _quiet_failures(damaged: list) -> Iterator[None]:
-    """While checkpoints are tried: a damaged one fails in many places at once (orbax logs each unreadable
-    file; its other reads end in 'Exception ignored' tracebacks when collected, and tensorstore's threads
-    print tracebacks when they deliver them to orbax's event loop, already closed). The one line the run
-    prints says it all: all of that is silenced, for a moment longer when a checkpoint was damaged."""
-    loggers = [logging.getLogger(name) for name in ("absl", "asyncio")]
-    levels = [logger.level for logger in loggers]
+def _quiet_failures(failed: list) -> Iterator[None]:
+    """While checkpoints are tried or one is written: a damaged one, or a write to a full disk, fails in
+    many places at once (orbax logs each failed file; its other reads and writes end in 'Exception ignored'
+    tracebacks when collected, and tensorstore's threads print tracebacks when they deliver them to orbax's
+    event loop, already closed). The one line the run prints says it all: all of that is silenced, for a
+    moment longer when something failed (`failed` not empty)."""
     saved = sys.unraisablehook, threading.excepthook, sys.stderr
-    for logger in loggers:
-        logger.setLevel(logging.CRITICAL)
     sys.unraisablehook = lambda unraisable: None
     threading.excepthook = lambda args: None
     sys.stderr = io.StringIO()
     try:
+        with _quiet_logs():
+            try:
+                yield
+            finally:
+                if failed:
+                    time.sleep(0.5)  # the failed reads and writes still in flight finish
+                gc.collect()  # and their coroutines are finalised, while their tracebacks are still silenced
+    finally:
+        sys.unraisablehook, threading.excepthook, sys.stderr = saved
+
+
+@contextlib.contextmanager
+def _quiet_logs() -> Iterator[None]:
+    """orbax's threads log each failed read or write with its traceback (the absl and asyncio loggers); the
+    exception orbax then raises carries the cause, which the run reports in one line."""
+    loggers = [logging.getLogger(name) for name in ("absl", "asyncio")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
         yield
     finally:
-        if damaged:
-            time.sleep(0.5)  # the failed reads still in flight finish
-        gc.collect()  # and their coroutines are finalised, while their tracebacks are still silenced
-        sys.unraisablehook, threading.excepthook, sys.stderr = saved
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
 

@@ -7,26 +7,36 @@ manifest (or a run of the format before manifests, format 0, recognised by its o
 
 Files are written whole or not at all (a temporary file renamed into place), so a kill or a full disk
 never leaves a half-written config.json or summary.json behind.
+
+One writer per folder: `train`, `--resume`, `--overwrite`, `sweep` and `meta` hold an exclusive flock on
+`sparqrl-run.lock` (holding the writer's PID) from before they change anything until they end; the
+kernel drops it on any death, kill -9 included. Readers (eval, export, compare, load) take no lock and
+change nothing. Nothing is written, replaced or deleted through a link (`sparqrl.runfiles`): a writer
+refuses a folder holding one before it changes anything.
 """
 
 from __future__ import annotations
 
-import errno
+import fcntl
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
 from sparqrl import config as cfg
 from sparqrl.algos import get_algorithm
 from sparqrl.envs.custom import import_modules
+from sparqrl.runfiles import check_no_links, refuse_link, write_atomic
+from sparqrl.runfiles import reason as os_reason
 from sparqrl.runners.run_config import RunConfig
 
 FORMAT = 1
 MANIFEST = "sparqrl-run.json"
 CONFIG = "config.json"
 SUMMARY = "summary.json"
+LOCK = "sparqrl-run.lock"  # the writer's flock and PID; never deleted (an --overwrite keeps it, held)
 # What a format-0 run (before manifests) wrote: only these are deleted when one is overwritten.
 FORMAT0_FILES = ("config.json", "summary.json", "metrics.csv", "tensorboard", "returns.png", "checkpoint",
                  "emissions.csv")
@@ -41,10 +51,42 @@ class RunDir:
         self.files = files
 
     def claim(self, name: str) -> Path:
+        """`name` in the folder, recorded in the manifest; checked to be (and hold) no link, just before
+        the caller or a library writes it."""
+        check_no_links(self.path, [name])
         if name not in self.files:
             self.files.append(name)
             self._write_manifest()
         return self.path / name
+
+    def lock(self) -> None:
+        """Become the folder's one writer (for this process's life, or until `release`), then check that
+        the folder holds no link to write through: a one-line error, with nothing changed, when another
+        process writes it (naming its PID) or a link is there. This process may take it again (a run that
+        failed in Python before it released the lock does not lock its own process out)."""
+        key = self.path.resolve()
+        if key not in _HELD:
+            _HELD[key] = _take_lock(self.path)
+        try:
+            self.check_writable()
+            if self.files and LOCK not in self.files:  # a run is there (a new folder records it with config.json)
+                self.claim(LOCK)
+        except BaseException:
+            self.release()
+            raise
+
+    def check_writable(self) -> None:
+        """No entry of the folder is a link, nor anything under the run's own folders (checkpoint/, tensorboard/):
+        what a writer checks before it changes anything."""
+        for entry in sorted(os.listdir(self.path)):
+            refuse_link(self.path / entry)
+        check_no_links(self.path, self.files)
+
+    def release(self) -> None:
+        """Give up the writer's lock, if held (the lock file stays: another writer may hold it next)."""
+        fd = _HELD.pop(self.path.resolve(), None)
+        if fd is not None:
+            os.close(fd)
 
     def write_text(self, name: str, text: str) -> None:
         write_atomic(self.claim(name), text)
@@ -57,13 +99,32 @@ class RunDir:
         return (self.path / SUMMARY).is_file()
 
 
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+_HELD: dict[Path, int] = {}  # this process's writer locks: resolved folder -> the descriptor holding its flock
+
+
+def _take_lock(folder: Path) -> int:
+    """An exclusive flock on `folder`'s lock file, holding this process's PID; a one-line error naming the
+    PID of the process that holds it. The kernel releases it when the descriptor closes or the process dies."""
+    path = folder / LOCK
     try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as error:
+        refuse_link(path)
+        cfg.fail("out", str(folder), f"cannot be written: {os_reason(error)}")
+    try:
+        refuse_link(path)  # a hard link: the PID would be written into the other file
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        cfg.fail("out", str(folder), f"is being written by another sparqrl process (PID {holder}); wait for it to "
+                 "end or stop it (eval, export and compare can read the run meanwhile); nothing was changed")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def read_manifest(path: Path) -> tuple[int, list[str]] | None:
@@ -99,7 +160,7 @@ def check_out(path: str, overwrite: bool) -> None:
     out = Path(path)
     if out.exists() or out.is_symlink():
         cfg.require(out.is_dir(), "out", path, "is a file, not a folder; name a folder for the run")
-        if any(out.iterdir()):
+        if any(entry.name != LOCK for entry in out.iterdir()):  # a lock file alone: a run killed as it began
             held = read_manifest(out)
             cfg.require(held is not None, "out", path,
                         "holds files that are not a sparqrl run (nothing was deleted); name a new or empty folder")
@@ -129,28 +190,45 @@ def start_run_dir(algo_name: str, algo_config: Any, run: RunConfig, sweep: list[
 def new_run_dir(path: str, overwrite: bool, config_json: str) -> RunDir:
     """A new run folder at `path` holding its manifest and `config_json` as config.json (any kind of run:
     train, sweep, meta). The `check_out` rules first: an earlier sparqrl run there is replaced only with
-    `overwrite`, and only the files it recorded are deleted."""
+    `overwrite`, and only the files it recorded are deleted, once this process holds the folder's lock
+    and has found no link in it (`RunDir.lock`)."""
     check_out(path, overwrite)
     out = Path(path)
     try:
-        held = read_manifest(out) if out.is_dir() else None
-        if held is not None:
-            for name in held[1]:
-                _remove(out / name)
-            (out / MANIFEST).unlink(missing_ok=True)
-        out.mkdir(parents=True, exist_ok=True)
-        rundir = RunDir(out, [])
-        rundir.write_text(CONFIG, config_json)
+        out.mkdir(parents=True, exist_ok=True)  # to hold the lock file
     except OSError as error:
         cfg.fail("out", path, f"cannot be written: {os_reason(error)}")
+    held = read_manifest(out)
+    rundir = RunDir(out, held[1] if held else [])
+    rundir.lock()
+    try:
+        check_out(path, overwrite)  # again as the one writer: another may have written the folder meanwhile
+        held = read_manifest(out)
+        for name in held[1] if held else ():
+            if name != LOCK:
+                _remove(out / name)
+        (out / MANIFEST).unlink(missing_ok=True)
+        rundir.files = [LOCK]
+        rundir.write_text(CONFIG, config_json)
+    except OSError as error:
+        rundir.release()
+        cfg.fail("out", path, f"cannot be written: {os_reason(error)}")
+    except BaseException:
+        rundir.release()
+        raise
     return rundir
 
 
 def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
+    """Delete a run's file or folder; a link is removed itself, never followed (rmtree does not enter links)."""
+    try:
+        is_folder = stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return
+    if is_folder:
         shutil.rmtree(path)
     else:
-        path.unlink(missing_ok=True)
+        path.unlink()
 
 
 def is_meta_config(data: Any) -> bool:
@@ -190,11 +268,3 @@ def saved_sweep(path: Path) -> list[dict[str, float]] | None:
                 "settings with the same numeric fields)")
     return sweep
 
-
-def os_reason(error: OSError) -> str:
-    """A one-line reason for a failed write, e.g. 'No space left on device'."""
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "the disk is full"
-    if error.errno == errno.EROFS:
-        return "the file system is read-only"
-    return error.strerror or str(error)

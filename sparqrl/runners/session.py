@@ -18,6 +18,7 @@ How each way a run can stop ends (the README's "what happens when" table, proved
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -29,12 +30,15 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from sparqrl.config import ConfigError
+from sparqrl.runfiles import LinkRefused
 from sparqrl.signals import StopRequests
 from sparqrl.runners.checkpoint import Checkpointer, DamagedCheckpoints, NonFiniteState
 from sparqrl.runners.rundir import SUMMARY, RunDir, os_reason
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.telemetry import EnergyMeter, RunLogger, make_progress, plot_returns
 
+# What a write may fail with, recognised also in the text of an error that is not an OSError (tensorstore's).
+WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 # Per-seed values that are not training metrics: NaN there is normal (no episode ended in a chunk).
 NOT_CHECKED = {"episode_return", "episodes", "eval_return"}
 
@@ -141,7 +145,7 @@ def finished_summary(rundir: RunDir) -> dict[str, Any]:
 
 def saved_state(rundir: RunDir, abstract_state: Any) -> Any:
     """The state of the newest intact checkpoint of a run (for `eval`); a one-line error without one."""
-    checkpointer = Checkpointer(rundir.path / "checkpoint")
+    checkpointer = Checkpointer(rundir.path / "checkpoint", read_only=True)
     try:
         restored = checkpointer.restore_intact(abstract_state)
     except DamagedCheckpoints as error:
@@ -180,6 +184,8 @@ def run_session(rundir: RunDir, run: RunConfig, algo_name: str, driver: Driver, 
     except DamagedCheckpoints as error:
         raise RunFailed(f"no intact checkpoint in {out / 'checkpoint'} ({error}); remove that folder and run "
                         f"`sparqrl train --resume {out}` to start the run over with its saved config") from None
+    except LinkRefused as error:  # found while the run went on (a writer checks the folder before it starts)
+        raise RunFailed(str(error)) from None
     except OSError as error:
         raise RunFailed(_failed_write(out, error, session)) from None
     except Exception as error:
@@ -192,13 +198,19 @@ def run_session(rundir: RunDir, run: RunConfig, algo_name: str, driver: Driver, 
         if session is not None:
             session.close()
         driver.close()
+        rundir.release()  # the last: another writer may start once this one has closed its files
 
 
 def _os_error_in(error: BaseException) -> OSError | None:
+    """The OSError behind `error` (orbax and TensorBoard's writers wrap it), or one made from the text of
+    an error that carries only the OS's words (tensorstore's RESOURCE_EXHAUSTED of a full disk)."""
     seen = 0
     while error is not None and seen < 10:
         if isinstance(error, OSError):
             return error
+        for code in WRITE_ERRORS:
+            if os.strerror(code) in str(error):
+                return OSError(code, os.strerror(code))
         error, seen = error.__cause__ or error.__context__, seen + 1
     return None
 

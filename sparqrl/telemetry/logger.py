@@ -1,14 +1,18 @@
-"""Per-chunk metrics to `metrics.csv` (one row per chunk per seed) and TensorBoard (mean over seeds)."""
+"""Per-chunk metrics to `metrics.csv` (one row per chunk per seed) and TensorBoard (mean over seeds).
+metrics.csv is never written through a link (`sparqrl.runfiles`); the run folder checked `tensorboard/`
+when it claimed it."""
 
 from __future__ import annotations
 
 import csv
+import io
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 from tensorboardX import SummaryWriter
+
+from sparqrl.runfiles import open_nofollow, write_atomic
 
 FIRST_COLUMNS = ["chunk", "env_step", "seed", "wall_time_s", "episode_return", "episodes", "eval_return"]
 
@@ -22,10 +26,9 @@ def _truncate_csv(path: Path, last_chunk: int) -> None:
         return
     header, body = rows[0], rows[1:]
     kept = [row for row in body if len(row) == len(header) and row[0].isdigit() and int(row[0]) <= last_chunk]
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", newline="") as f:
-        csv.writer(f).writerows([header, *kept])
-    os.replace(tmp, path)
+    text = io.StringIO(newline="")
+    csv.writer(text).writerows([header, *kept])
+    write_atomic(path, text.getvalue())
 
 
 class RunLogger:
@@ -51,9 +54,9 @@ class RunLogger:
         if self._columns is None:
             extra = sorted(k for k in per_seed if k not in FIRST_COLUMNS)
             self._columns = FIRST_COLUMNS + extra
-            with self.csv_path.open("w", newline="") as f:
+            with open_nofollow(self.csv_path, "w") as f:
                 csv.writer(f).writerow(self._columns)
-        with self.csv_path.open("a", newline="") as f:
+        with open_nofollow(self.csv_path, "a") as f:
             writer = csv.writer(f)
             for seed in range(seeds):
                 fixed = {"chunk": chunk, "env_step": env_step, "seed": seed, "wall_time_s": round(wall_time_s, 3)}

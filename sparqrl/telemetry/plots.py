@@ -4,11 +4,14 @@ picture a run writes shares (returns.png, sweep.png, fitness.png, learned.png)."
 from __future__ import annotations
 
 import csv
+import io
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from sparqrl.runfiles import write_atomic
 
 
 def pyplot() -> Any:
@@ -34,10 +37,13 @@ def finish_axes(ax: Any, xlabel: str | None = None, ylabel: str | None = None, t
 
 
 def save_figure(fig: Any, png_path: Path) -> None:
-    """Lay out, write as PNG and free the figure."""
+    """Lay out, write as PNG (whole or not at all, never through a link: `runfiles.write_atomic`) and free
+    the figure."""
     fig.tight_layout()
-    fig.savefig(png_path, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     pyplot().close(fig)
+    write_atomic(png_path, png.getvalue())
 
 
 def _curve(rows: list[dict[str, str]], column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
