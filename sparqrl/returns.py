@@ -14,11 +14,12 @@ transitions that may cross episode boundaries:
         m   += nr                           m: the last index before any reset (the bootstrap index)
     y = acc [+ Σ_k w_k · (−α log π(a'_k|s'_k))] + nd · γ^(m+1) · Q'(s'_m, ·)
 
-`not_done_k = 1 − terminated_k · (1 − truncated_k)`: a step flagged both terminated and truncated counts
-as a truncation, as RLx2's code does (its `done_bool` is 0 on the time-limit step); `reset_k =
-truncated_k`. So a terminal keeps its own reward and cuts every later reward and the bootstrap; a
-time-limit truncation stops the return at that step and bootstraps from that episode's final (pre-reset)
-next observation s'_m with discount γ^(m+1). With n_active = 1 this is the ordinary one-step target.
+`not_done_k = 1 − terminated_k`, `reset_k = truncated_k`. So a terminal keeps its own reward and cuts
+every later reward and the bootstrap; a time-limit truncation stops the return at that step and
+bootstraps from that episode's final (pre-reset) next observation s'_m with discount γ^(m+1). A step
+flagged both terminated and truncated counts as terminated, as everywhere in sparqrl (docs/environments.md):
+RLx2's code counts it as a truncation (its `done_bool` is 0 on the time-limit step), which would
+bootstrap from a state whose episode really ended. With n_active = 1 this is the ordinary one-step target.
 
 `n_active` may be traced (the switch from 1-step to n-step targets happens inside a jitted loop); the
 window length n is static. Window elements k >= n_active get zero weight and never move m.
@@ -69,7 +70,7 @@ def nstep_terms(
         n_active = n
     terminated = jnp.asarray(terminated, jnp.bool_)
     truncated = jnp.asarray(truncated, jnp.bool_)
-    not_done = 1.0 - (terminated & ~truncated).astype(jnp.float32)
+    not_done = 1.0 - terminated.astype(jnp.float32)  # terminated wins over truncated
     reset = truncated.astype(jnp.float32)
     gamma = jnp.asarray(gamma, jnp.float32)
 

@@ -23,12 +23,12 @@ from sparqrl.nets.modules import QNetwork
 
 def _random_transitions(rng, batch=64, actions=3):
     """Random rewards and Q-values with terminal, truncated and ordinary steps mixed."""
-    kind = rng.integers(0, 3, size=batch)  # 0 ordinary, 1 terminated, 2 truncated (time limit)
-    kind[:3] = [0, 1, 2]
+    kind = rng.integers(0, 4, size=batch)  # 0 ordinary, 1 terminated, 2 truncated (time limit), 3 both
+    kind[:4] = [0, 1, 2, 3]
     return dict(
         reward=rng.normal(size=batch).astype(np.float32),
-        terminated=kind == 1,
-        truncated=kind == 2,
+        terminated=(kind == 1) | (kind == 3),
+        truncated=(kind == 2) | (kind == 3),
         next_q_target=rng.normal(size=(batch, actions)).astype(np.float32),
         next_q_online=rng.normal(size=(batch, actions)).astype(np.float32),
     )
@@ -40,7 +40,7 @@ def _np_q_target(reward, terminated, truncated, next_q_target, next_q_online, ga
         chooser = next_q_online[i] if double else next_q_target[i]
         a_star = int(np.argmax(chooser))
         if terminated[i]:
-            out[i] = reward[i]  # true end: no bootstrap
+            out[i] = reward[i]  # true end: no bootstrap, even if the time limit was reached too
         else:
             # ordinary steps and time-limit truncations both bootstrap from Q(final_obs)
             out[i] = reward[i] + gamma * next_q_target[i, a_star]
@@ -70,9 +70,10 @@ def test_q_target_matches_numpy(double):
         want = _np_q_target(**t, gamma=gamma, double=double)
         got = fn(t["reward"], t["terminated"], t["next_q_target"], t["next_q_online"])
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
-        # Truncated rows really bootstrap; terminated rows really do not.
+        # Truncated rows really bootstrap; terminated rows (also those truncated too) really do not.
         assert np.all(np.asarray(got)[t["terminated"]] == t["reward"][t["terminated"]])
-        assert not np.allclose(np.asarray(got)[t["truncated"]], t["reward"][t["truncated"]])
+        only_truncated = t["truncated"] & ~t["terminated"]
+        assert not np.allclose(np.asarray(got)[only_truncated], t["reward"][only_truncated])
     # vmapped over a leading seed axis
     stacked = {k: np.stack([t[k] for t in seeds]) for k in seeds[0]}
     got = jax.jit(jax.vmap(fn))(

@@ -22,8 +22,8 @@ def _np_target(reward, terminated, truncated, gamma, n_active, q_boot_table, alp
     """
     acc, nd, nr, m = 0.0, 1.0, 1.0, 0
     for k in range(n_active):
-        # done_bool = 0 on the time-limit step even when the env also terminated (quirk 14).
-        not_done = 1.0 if truncated[k] else 1.0 - float(terminated[k])
+        # terminated wins: a step that is both ends the episode (RLx2's code, quirk 14, bootstraps it)
+        not_done = 1.0 - float(terminated[k])
         reset = float(truncated[k])
         acc += nr * nd * gamma**k * reward[k]
         nd *= max(not_done, 1.0 - nr)
@@ -76,6 +76,20 @@ def test_targets_match_numpy_loop_for_every_active_horizon(n):
             assert float(sac[b]) == pytest.approx(y_sac, rel=1e-5, abs=1e-5)
 
 
+def test_a_step_both_terminated_and_truncated_counts_as_terminated():
+    """Window [ordinary, both, ordinary]: the target keeps the first two rewards and does not bootstrap
+    (a truncation alone would bootstrap from s'_1 with γ²); SAC's entropy bonus at s'_1 goes too."""
+    reward = np.array([[1.0, 2.0, 4.0]], np.float32)
+    both = np.array([[False, True, False]])
+    q, log_prob = np.full((1, 3), 100.0, np.float32), np.ones((1, 3), np.float32)
+    td3, sac, terms = _jax_targets(reward, both, both, q, log_prob, 0.5, 3, 1.0)
+    assert float(terms.boot_discount[0]) == 0.0 and int(terms.boot_index[0]) == 1
+    np.testing.assert_allclose(td3, [1.0 + 0.5 * 2.0])
+    np.testing.assert_allclose(sac, [1.0 + 0.5 * 2.0 + 0.5 * -1.0])  # bonus at s'_0 only
+    truncated_only = _jax_targets(reward, np.zeros_like(both), both, q, log_prob, 0.5, 3, 1.0)[0]
+    np.testing.assert_allclose(truncated_only, [1.0 + 0.5 * 2.0 + 0.25 * 100.0])
+
+
 def test_targets_vmapped_over_seeds_equal_numpy():
     rng = np.random.default_rng(7)
     n, gamma, alpha = 3, 0.99, 0.7
@@ -105,7 +119,7 @@ WORKED = [
     ("truncation at k=0", [F, F, F], [T, F, F], R[0] + G * Q[0]),
     ("truncation at k=1", [F, F, F], [F, T, F], R[0] + G * R[1] + G**2 * Q[1]),
     ("truncation at k=2 (last element)", [F, F, F], [F, F, T], R[0] + G * R[1] + G**2 * R[2] + G**3 * Q[2]),
-    ("terminal + time limit at k=1 = truncation", [F, T, F], [F, T, F], R[0] + G * R[1] + G**2 * Q[1]),
+    ("terminal + time limit at k=1 = terminal", [F, T, F], [F, T, F], R[0] + G * R[1]),
     ("terminal after a truncation is ignored", [F, T, F], [T, F, F], R[0] + G * Q[0]),
     ("terminal at k=2 (last element)", [F, F, T], [F, F, F], R[0] + G * R[1] + G**2 * R[2]),
 ]
@@ -138,7 +152,7 @@ def test_one_step_reduces_to_standard_td3_and_sac():
     w = _random_windows(rng, 100, 1)
     gamma, alpha = 0.99, 0.4
     td3, sac, _ = _jax_targets(w["reward"], w["terminated"], w["truncated"], w["q"], w["log_prob"], gamma, 1, alpha)
-    not_done = 1.0 - (w["terminated"][:, 0] & ~w["truncated"][:, 0])
+    not_done = 1.0 - w["terminated"][:, 0]  # a step both terminated and truncated does not bootstrap
     np.testing.assert_allclose(np.asarray(td3), w["reward"][:, 0] + gamma * not_done * w["q"][:, 0], rtol=1e-5, atol=1e-5)
     soft = w["q"][:, 0] - alpha * w["log_prob"][:, 0]
     np.testing.assert_allclose(np.asarray(sac), w["reward"][:, 0] + gamma * not_done * soft, rtol=1e-5, atol=1e-5)

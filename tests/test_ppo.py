@@ -42,9 +42,10 @@ def random_rollout(rng, T=24, B=5):
     next_values = rng.normal(size=(T, B)).astype(np.float32)
     terminated = rng.random((T, B)) < 0.15
     truncated = (rng.random((T, B)) < 0.15) & ~terminated
-    # Make sure both kinds of episode end are present.
+    # Make sure both kinds of episode end are present, and a step that is both (it counts as terminated).
     terminated[3, 0], truncated[3, 0] = True, False
     terminated[5, -1], truncated[5, -1] = False, True
+    terminated[7, B // 2], truncated[7, B // 2] = True, True
     return rewards, values, next_values, terminated, truncated
 
 
@@ -62,14 +63,15 @@ def test_gae_matches_numpy_loop(gamma, lam):
 
 
 def test_gae_truncation_bootstraps_and_termination_does_not():
-    # One step, two envs: env 0 terminated, env 1 truncated; lambda irrelevant for T = 1.
-    rewards = jnp.array([[1.0, 1.0]])
-    values = jnp.array([[0.5, 0.5]])
-    next_values = jnp.array([[10.0, 10.0]])
-    terminated = jnp.array([[True, False]])
-    done = jnp.array([[True, True]])
-    adv, _ = ppo.gae(rewards, values, next_values, terminated, done, 0.9, 0.95)
-    np.testing.assert_allclose(adv, [[1.0 - 0.5, 1.0 + 0.9 * 10.0 - 0.5]], rtol=1e-6)
+    # One step, three envs: env 0 terminated, env 1 truncated, env 2 both (terminated wins: no bootstrap,
+    # whatever PPO's `bootstrap_values` put there); lambda irrelevant for T = 1.
+    rewards = jnp.array([[1.0, 1.0, 1.0]])
+    values = jnp.array([[0.5, 0.5, 0.5]])
+    truncated = jnp.array([[False, True, True]])
+    next_values = ppo.losses.bootstrap_values(values, jnp.array([7.0, 7.0, 7.0]), truncated, jnp.full((1, 3), 10.0))
+    terminated = jnp.array([[True, False, True]])
+    adv, _ = ppo.gae(rewards, values, next_values, terminated, terminated | truncated, 0.9, 0.95)
+    np.testing.assert_allclose(adv, [[1.0 - 0.5, 1.0 + 0.9 * 10.0 - 0.5, 1.0 - 0.5]], rtol=1e-6)
 
 
 def test_bootstrap_values_matches_numpy_loop():
