@@ -1,12 +1,18 @@
 """The traced-program store (`sparqrl.runners.programs`): a second build of the same program loads it and
 computes the same thing; another description, a damaged entry or a function jax.export cannot hold
-never gives a wrong program."""
+never gives a wrong program; an entry is data (no pickle), and another user's entry is not used."""
+
+import json
+import pickle
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
+from flax import struct
 
-from sparqrl.runners.programs import build_program
+from sparqrl.runners.programs import TreeNotDescribable, build_program, describe_tree, rebuild_tree
 
 
 def step(state, n):
@@ -64,3 +70,59 @@ def test_a_host_callback_is_compiled_directly_and_not_stored(tmp_path):
     program = build_program("callback", with_callback, (jnp.ones(3),), describe="a", store=tmp_path)
     np.testing.assert_array_equal(np.asarray(program(jnp.ones(3))), np.full(3, 3.0))
     assert not program.loaded and not list(tmp_path.iterdir())
+
+
+class _Payload:
+    """Unpickling this creates `marker`: what a planted pickle in the cache folder would run."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_planted_pickle_does_not_run_and_is_rebuilt(tmp_path):
+    store, marker = tmp_path / "store", tmp_path / "marker"
+    build_program("step", step, (STATE, jnp.float32(1.0)), describe="a", store=store)
+    (entry,) = store.iterdir()
+    entry.write_bytes(pickle.dumps({"exported": _Payload(marker), "out_tree": _Payload(marker)}))
+    rebuilt = build_program("step", step, (STATE, jnp.float32(1.0)), describe="a", store=store)
+    assert not marker.exists() and not rebuilt.loaded
+    assert build_program("step", step, (STATE, jnp.float32(1.0)), describe="a", store=store).loaded
+
+
+def test_another_users_entry_is_passed_over_and_kept(tmp_path, monkeypatch):
+    build_program("step", step, (STATE, jnp.float32(1.0)), describe="a", store=tmp_path)
+    (entry,) = tmp_path.iterdir()
+    monkeypatch.setattr("os.getuid", lambda: entry.stat().st_uid + 1)  # the entry is now someone else's
+    assert not build_program("step", step, (STATE, jnp.float32(1.0)), describe="a", store=tmp_path).loaded
+    entry.write_bytes(entry.read_bytes()[:100])  # damaged, and not ours: not deleted
+    assert not build_program("step", step, (STATE, jnp.float32(1.0)), describe="a", store=tmp_path).loaded
+    assert entry.exists()
+
+
+class _Pair(NamedTuple):
+    a: object
+    b: object
+
+
+@struct.dataclass
+class _Static:
+    x: object
+    kind: tuple = struct.field(pytree_node=False, default=("a", 1))
+
+
+def test_out_trees_are_stored_as_data():
+    """None, named tuples and a flax dataclass's static fields go through JSON; node types are looked up
+    among the imported modules, never imported; a local class is not described (its program not stored)."""
+    tree = jax.tree.structure((STATE, None, _Pair(1, [2]), _Static(3), {7: ()}))
+    assert rebuild_tree(json.loads(json.dumps(describe_tree(tree)))) == tree
+
+    class Local(NamedTuple):
+        a: object
+
+    with pytest.raises(TreeNotDescribable):
+        describe_tree(jax.tree.structure(Local(1)))
+    with pytest.raises(TreeNotDescribable):
+        rebuild_tree(["no_such_module_xyz:Thing", None, []])

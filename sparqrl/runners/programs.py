@@ -10,6 +10,12 @@ name, the caller's description of its configuration, and its argument shapes, dt
 hit skips tracing and lowering; XLA then compiles the loaded StableHLO, from the persistent cache after
 the first time. Nothing else is written; a damaged or unreadable entry is rebuilt.
 
+An entry is data, never code: whoever can write the cache folder must not run code in a later run. So no
+pickle: an entry is a JSON header (the format and the result's pytree structure, `describe_tree`) and
+jax.export's own serialization. The structure names its node types, which are looked up among the modules
+this process has already imported (`rebuild_tree`), never imported. An entry that is damaged, of another
+format or not owned by this user is passed over (a damaged one of ours is rebuilt in place).
+
 Why our own layer: neither JAX nor flax keeps traced programs across processes (the persistent cache
 is keyed by the lowered HLO, so it needs the lowering it would save).
 """
@@ -20,15 +26,17 @@ import contextlib
 import functools
 import hashlib
 import importlib.metadata
+import json
 import os
-import pickle
+import stat
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import jax
 from jax import export
 
-FORMAT = 1
+FORMAT = 2
 """Bump when what a stored entry holds changes."""
 
 # the libraries whose code is traced into a program (besides sparqrl's own source, hashed file by file)
@@ -85,7 +93,7 @@ def build_program(name: str, fn: Callable, args: tuple, *, describe: str, store:
             return Program(compiled, out_trees[-1], _out_info(out_trees[-1], compiled.out_info,
                                                               compiled.output_shardings), loaded=False)
         entry = exported, out_trees[-1]
-        _save(path, entry)
+        _save(path, entry)  # (an out tree `describe_tree` cannot hold is not stored)
     exported, out_tree = entry
     compiled = jax.jit(exported.call).lower(*specs).compile(compiler_options)
     # (the compiled program's own output shardings: the exported ones leave some unspecified)
@@ -104,29 +112,105 @@ def _export(jitted: Any, specs: list) -> Any:
         return None
 
 
+MAGIC = b"sparqrl-program\n"
+"""The first bytes of an entry; then one line of JSON (format, out tree), then jax.export's bytes."""
+
+
 def _load(path: Path) -> tuple[Any, Any] | None:
+    """The entry at `path`, or None: missing, not a regular file of this user's (left as it is), or damaged
+    or of another format (ours: deleted, so that it is stored again)."""
     try:
-        stored = pickle.loads(path.read_bytes())
-        return export.deserialize(bytearray(stored["exported"])), stored["out_tree"]
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # missing, a symlink, unreadable
         return None
-    except Exception:  # noqa: BLE001 - a damaged entry (cut short, another format) is rebuilt
-        with contextlib.suppress(OSError):  # (an unreadable cache folder only costs the time to rebuild)
-            path.unlink()
-        return None
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if info.st_uid != os.getuid() or not stat.S_ISREG(info.st_mode):
+            return None  # another user's entry is not trusted, nor deleted
+        try:
+            data = file.read()
+            header, _, serialized = data.removeprefix(MAGIC).partition(b"\n")
+            meta = json.loads(header)
+            if not data.startswith(MAGIC) or meta["format"] != FORMAT:
+                raise ValueError("another format")
+            exported = export.deserialize(bytearray(serialized))
+            out_tree = rebuild_tree(meta["out_tree"])
+            if out_tree.num_leaves != len(exported.out_avals):
+                raise ValueError("the out tree does not match the program")
+            return exported, out_tree
+        except Exception:  # noqa: BLE001 - a damaged entry (cut short, another format) is rebuilt
+            with contextlib.suppress(OSError):  # (an unreadable cache folder only costs the time to rebuild)
+                path.unlink()
+            return None
 
 
 def _save(path: Path, entry: tuple[Any, Any]) -> None:
     exported, out_tree = entry
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        data = pickle.dumps({"exported": bytes(exported.serialize()), "out_tree": out_tree})
+        header = json.dumps({"format": FORMAT, "out_tree": describe_tree(out_tree)}).encode()
+        data = MAGIC + header + b"\n" + bytes(exported.serialize())
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(data)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
         os.replace(tmp, path)  # whole or not at all: runs side by side may store the same entry
-    except Exception:  # noqa: BLE001 - a cache that cannot be written (full disk, read-only) costs only time
-        with contextlib.suppress(OSError):
+    except Exception:  # noqa: BLE001 - a cache that cannot be written (full disk, read-only), or an out tree
+        with contextlib.suppress(OSError):  # describe_tree cannot hold, costs only time
             tmp.unlink()
+
+
+NONE_TYPE = "builtins:NoneType"
+"""None's node type, which no module holds as an attribute."""
+
+
+class TreeNotDescribable(ValueError):
+    """A pytree node whose type or static data `describe_tree` cannot write as JSON."""
+
+
+def describe_tree(tree: Any) -> Any:
+    """A pytree structure as JSON: "*" for a leaf, else [node type "module:qualname", static data, children].
+    Static data (a dict's keys, a flax dataclass's static fields) must be None, numbers, strings, or lists or
+    tuples of them; anything else raises `TreeNotDescribable`."""
+    node = tree.node_data()
+    if node is None:
+        return "*"
+    kind, aux = node
+    name = f"{kind.__module__}:{kind.__qualname__}"
+    if "<" in name:  # a local class: no name to find it by
+        raise TreeNotDescribable(name)
+    return [name, _describe_aux(aux), [describe_tree(child) for child in tree.children()]]
+
+
+def rebuild_tree(description: Any) -> Any:
+    """The pytree structure `describe_tree` described. A node type is looked up in the modules this process
+    has imported (none is imported); an unknown one raises `TreeNotDescribable`."""
+    if description == "*":
+        return jax.tree.structure(0)
+    name, aux, children = description
+    module, _, qualname = name.partition(":")
+    kind = sys.modules.get(module) if name != NONE_TYPE else type(None)
+    for part in qualname.split(".") if name != NONE_TYPE else ():
+        kind = getattr(kind, part, None)
+    if not isinstance(kind, type):
+        raise TreeNotDescribable(name)
+    return jax.tree_util.PyTreeDef.from_node_data_and_children(
+        jax.tree_util.default_registry, (kind, _rebuild_aux(aux)), [rebuild_tree(c) for c in children])
+
+
+def _describe_aux(aux: Any) -> Any:
+    if aux is None or isinstance(aux, (bool, int, float, str)):
+        return aux
+    if isinstance(aux, (list, tuple)):
+        return {type(aux).__name__: [_describe_aux(x) for x in aux]}
+    raise TreeNotDescribable(type(aux).__name__)
+
+
+def _rebuild_aux(aux: Any) -> Any:
+    if isinstance(aux, dict):
+        ((kind, items),) = aux.items()
+        return {"list": list, "tuple": tuple}[kind](_rebuild_aux(x) for x in items)
+    return aux
 
 
 def _key(name: str, describe: str, specs: list, in_tree: Any) -> str:
