@@ -15,6 +15,10 @@ Ray nor compiles the training program (only the small acting function, on first 
 
 Bad input raises `sparqrl.config.ConfigError` (one line naming the field, value and what is allowed)
 before anything is written or compiled.
+
+A run folder is data, never code (`sparqrl.trust`): `load` and `train(resume=True)` import a module the
+folder names (its `imports`, the module of a `gym:MODULE:ATTR` / `jax:MODULE:ATTR` env) only when the call
+names it too (`env=`, `imports=`) or passes `trust_imports=True`.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from sparqrl import config as cfg, presets
 from sparqrl.algos import ALGORITHMS, get_algorithm
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.telemetry.logger import read_metrics
+from sparqrl.trust import Trust, named
 
 Callback = Callable[[dict[str, Any]], Any]
 """Called after each chunk with {"chunk", "env_step" (per seed so far), metric: [seeds] array}; returning
@@ -55,7 +60,7 @@ class Run:
     """True when the callback stopped the run before its end."""
 
     def load(self) -> "Agent":
-        return load(self.path)
+        return load(self.path, trust_imports=True)  # (the run this process just trained)
 
 
 def _split_options(algo: str, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -76,7 +81,7 @@ def _strings(values: dict[str, Any]) -> dict[str, str]:
 
 def train(algo: str, env: Any, *, steps: int, seeds: int = 1, out: str | Path | None = None, overwrite: bool = False,
           resume: bool = False, callback: Callback | None = None, progress: bool = False,
-          **options: Any) -> Run:
+          trust_imports: bool = False, **options: Any) -> Run:
     """Train `algo` (ppo, impala, dqn, td3, sac) on `env` for `steps` env steps per seed, `seeds` seeds side by side.
 
     env: a name (a gymnax id, brax:NAME, gym:NAME, gym:MODULE:CLASS, jax:MODULE:ATTR), or your own environment
@@ -89,7 +94,9 @@ def train(algo: str, env: Any, *, steps: int, seeds: int = 1, out: str | Path | 
 
     out: the run folder (default: a new temporary folder). overwrite: replace a sparqrl run already there.
     resume: continue the run in `out` from its checkpoint, with its saved config (the other arguments but
-    `callback` and `progress` are not used).
+    `callback` and `progress` are not used, save that `env` and `imports=` name the modules the run may
+    import). trust_imports: with resume, import the modules and join the Ray address the folder names
+    (only for a folder whose code you trust: a run folder is data, see `sparqrl.trust`).
     callback: see `Callback`. progress: show the progress bar. options: `RunConfig` fields (seed, chunks,
     eval_every, eval_episodes, energy, ...) and `algo`'s config fields (lr, num_envs, hidden, ...).
     """
@@ -121,7 +128,8 @@ def train(algo: str, env: Any, *, steps: int, seeds: int = 1, out: str | Path | 
 
     try:
         if resume:
-            summary = runners.resume(out, progress=progress, on_chunk=on_chunk)
+            trust = named(run.imports, run.env, python=True, everything=trust_imports)
+            summary = runners.resume(out, progress=progress, trust=trust, on_chunk=on_chunk)
         else:
             summary = runners.train(algo, config, run, on_chunk=on_chunk)
     except runners.RunInterrupted:
@@ -144,10 +152,10 @@ class Agent:
 
     def __init__(self, path: Path, algo: str, config: Any, run: RunConfig, obs_shape: tuple[int, ...],
                  action_space: Any, params: Any, act_one: Callable[[Any, Any, Any], Any],
-                 sample_one: Callable[[Any, Any, Any], Any]):
+                 sample_one: Callable[[Any, Any, Any], Any], trust: Trust):
         """act_one / sample_one: (one seed's policy params, ONE observation, key) -> the deterministic / the
-        exploring action."""
-        self.path, self.algo, self.config, self.run = path, algo, config, run
+        exploring action; trust: what `load` was allowed to import (`evaluate` opens the folder again)."""
+        self.path, self.algo, self.config, self.run, self._trust = path, algo, config, run, trust
         self.env, self.obs_shape, self.action_space = run.env, obs_shape, action_space
         import jax
 
@@ -213,22 +221,32 @@ class Agent:
         from sparqrl import runners
 
         if env is None:
-            return runners.evaluate_saved(self.path, episodes, seed)
+            return runners.evaluate_saved(self.path, episodes, seed, self._trust)
         return runners.evaluate_policy(self.run, self._params, self._one[True], env, episodes, seed)
 
 
-def load(run_dir: str | Path, env: Any = None) -> Agent:
+def load(run_dir: str | Path, env: Any = None, trust_imports: bool | Trust = False) -> Agent:
     """The trained policies of the run in `run_dir` (its newest intact checkpoint), for `act` and `evaluate`.
 
     env: the environment object of a run trained on one that a new process cannot import (a lambda, a local
     class: see `train`); other runs rebuild theirs by name (`Agent.evaluate(env=...)` evaluates elsewhere).
+    Passing the run's own env (its name or object) also allows importing its module.
+    trust_imports: True imports the modules the folder names (its `imports`, its env's module); otherwise
+    one the folder names and `env` does not is a ConfigError (a run folder is data, see `sparqrl.trust`).
+    The CLI passes the `Trust` of its command's flags.
     """
     import jax
 
     from sparqrl.envs import custom, is_host_env, resolve_env_name
     from sparqrl.runners.rundir import open_run_dir
 
-    rundir, algo_name, algo_config, run = open_run_dir(run_dir, "run_dir")
+    if isinstance(trust_imports, Trust):
+        trust = trust_imports
+    else:
+        cfg.require(isinstance(trust_imports, bool), "trust_imports", trust_imports, "must be True or False")
+        given = None if env is None else env if isinstance(env, str) else custom.name_for(env)
+        trust = named((), given, python=True, everything=trust_imports)
+    rundir, algo_name, algo_config, run = open_run_dir(run_dir, "run_dir", trust)
     if env is not None and custom.is_local(run.env):
         custom.bind(run.env, env)
     elif env is not None:
@@ -245,12 +263,12 @@ def load(run_dir: str | Path, env: Any = None) -> Agent:
         obs_shape = tuple(prepared.spec.observation_shape)
         greedy = sebulba.greedy_policy(prepared.al, len(obs_shape))
         return Agent(Path(run_dir), algo_name, prepared.config, run, obs_shape, prepared.spec.action_space, params,
-                     lambda p, obs, key: greedy(p, obs), sebulba.sampling_policy(prepared.al, len(obs_shape)))
+                     lambda p, obs, key: greedy(p, obs), sebulba.sampling_policy(prepared.al, len(obs_shape)), trust)
 
     from sparqrl.runners.anakin import load_state
 
-    algo_name, algo_config, run, env, driver, state = load_state(run_dir)
+    algo_name, algo_config, run, env, driver, state = load_state(run_dir, trust)
     algo = driver.algo
     params = jax.vmap(algo.policy)(state)
     return Agent(Path(run_dir), algo_name, algo_config, run, tuple(env.observation_shape), env.action_space, params,
-                 algo.act, algo.sample)
+                 algo.act, algo.sample, trust)

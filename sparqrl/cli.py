@@ -22,6 +22,7 @@ import tyro
 from sparqrl import config as cfg, presets
 from sparqrl.algos import ALGORITHMS, get_algorithm
 from sparqrl.envs import ACT_PREFIX, resolve_env_name
+from sparqrl.trust import NOTHING, Trust, named, require_trusted
 
 C = TypeVar("C")
 
@@ -228,6 +229,7 @@ def _train(argv: list[str]) -> int:
         loaded, rest = _take(rest, "--load-config")
         if loaded:  # the file's config is whole: no preset under it
             run, config = _parse(algo_name, rest, *load_config(algo_name, loaded[0]))
+            require_trusted(named_on_command(algo_name, rest), loaded[0], run.imports, run.env)  # the file's own
             cfg.require(run.preset in ("auto", "none"), "--preset", run.preset,
                         "cannot be used with --load-config, whose file gives the whole config")
             run = dataclasses.replace(run, preset="none")
@@ -274,19 +276,23 @@ RESUME_MAY_CHANGE = ("progress",)
 
 
 def _resume(argv: list[str]) -> dict:
-    """`sparqrl train [ALGO] --resume DIR [flags]`: every flag must agree with the saved run."""
+    """`sparqrl train [ALGO] --resume DIR [flags]`: every flag must agree with the saved run. `--import MODULE`
+    only allows the run to import MODULE, which its folder names (`sparqrl.trust`)."""
     from sparqrl import runners
     from sparqrl.runners.rundir import open_run_dir
 
     i = argv.index("--resume")
     cfg.require(i + 1 < len(argv) and not argv[i + 1].startswith("-"), "--resume", "", "needs the output folder of a run")
     out, rest = argv[i + 1], argv[:i] + argv[i + 2:]
-    _, algo_name, config, run = open_run_dir(out)
+    allowed, rest = _take(rest, "--import", repeat=True)
+    _, algo_name, config, run = open_run_dir(out, trust=None)  # read only: `runners.resume` checks and imports
     if rest and not rest[0].startswith("-"):
         cfg.require(rest[0] == algo_name, "ALGO", rest[0], f"contradicts the run in {out}, which trains {algo_name}")
         rest = rest[1:]
+    typed = named_on_command(algo_name, rest)
+    trust = dataclasses.replace(typed, modules=typed.modules | set(allowed))
     if not rest:
-        return runners.resume(out)
+        return runners.resume(out, trust=trust)
     new_run, new_config = _parse(algo_name, rest, run, config)
     same_out = Path(new_run.out).resolve() == Path(run.out).resolve() or Path(new_run.out).resolve() == Path(out).resolve()
     changed = [f"{f.name}={getattr(new, f.name)!r} (saved: {getattr(old, f.name)!r})"
@@ -295,7 +301,16 @@ def _resume(argv: list[str]) -> dict:
                and not (f.name == "out" and same_out)]
     cfg.require(not changed, "--resume", out, "continues the run with its saved settings; these flags contradict "
                 f"them: {', '.join(changed)} (start a new run with --out for other settings)")
-    return runners.resume(out, progress=new_run.progress)
+    return runners.resume(out, progress=new_run.progress, trust=trust)
+
+
+def named_on_command(algo_name: str, argv: list[str]) -> Trust:
+    """What `argv` (train flags) names itself, over no saved run or file: its `--import`s, its `--env`'s
+    module and its `--ray-address` (`sparqrl.trust`)."""
+    if not argv:
+        return NOTHING
+    typed, _ = _parse(algo_name, argv, RunConfig(), get_algorithm(algo_name).Config())
+    return named(typed.imports, typed.env, typed.ray_address)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -303,6 +318,15 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> typing.NoReturn:
         raise cfg.ConfigError(f"{message} (see {self.prog} --help)")
+
+
+def add_import_flag(parser: argparse.ArgumentParser) -> None:
+    """`--import MODULE` (repeatable) of a command that opens a run folder: args.imports, the modules the
+    folder names that the user allows it to import (`sparqrl.trust`)."""
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="allow importing MODULE, which the run folder names (its imports or its env's module): "
+                             "a run folder is data, so sparqrl imports what it names only when you name it too "
+                             "(repeatable)")
 
 
 def _eval(argv: list[str]) -> int:
@@ -321,17 +345,19 @@ def _eval(argv: list[str]) -> int:
     parser.add_argument("--video-seed", type=int, default=None,
                         help="with --video: which of the run's trained policies (seeds) acts (default: 0)")
     parser.add_argument("--overwrite", action="store_true", help="with --video: replace an existing file")
+    add_import_flag(parser)
     args = parser.parse_args(argv)
+    trust = named(args.imports)
     if args.video is None:
         cfg.require(args.video_seed is None, "--video-seed", args.video_seed, "is only used with --video")
         cfg.require(not args.overwrite, "--overwrite", True, "is only used with --video")
-        print(json.dumps(runners.evaluate_saved(args.dir, args.episodes, args.seed), indent=2))
+        print(json.dumps(runners.evaluate_saved(args.dir, args.episodes, args.seed, trust), indent=2))
         return 0
     from sparqrl.video import record
 
     recording = record(args.dir, args.video, episodes=1 if args.episodes is None else args.episodes,
                        policy_seed=0 if args.video_seed is None else args.video_seed, seed=args.seed,
-                       overwrite=args.overwrite)
+                       overwrite=args.overwrite, trust=trust)
     print(json.dumps(dataclasses.asdict(recording), indent=2))
     return 0
 

@@ -37,6 +37,7 @@ import numpy as np
 
 from sparqrl import config as cfg
 from sparqrl.extras import need
+from sparqrl.trust import NOTHING, Trust
 
 WHAT = "sparqrl eval --video"
 
@@ -317,15 +318,16 @@ def write_mp4(frames: Iterator[np.ndarray], out: Path, fps: float) -> tuple[int,
 
 
 def record(run_dir: str | Path, video: str | Path, *, episodes: int = 1, policy_seed: int = 0,
-           seed: int | None = None, overwrite: bool = False) -> Recording:
+           seed: int | None = None, overwrite: bool = False, trust: Trust = NOTHING) -> Recording:
     """Record `episodes` deterministic episodes of trained policy `policy_seed` of the run in `run_dir` into
     the MP4 `video`. seed: episode e starts from seed + e (default: the run's seed). Every argument, the
-    env and the extras are checked before anything runs or is written."""
+    env and the extras are checked before anything runs or is written. `trust`: the modules the command
+    names (`sparqrl.trust`)."""
     from sparqrl.runners.rundir import open_run_dir
 
     cfg.require(isinstance(episodes, int) and episodes >= 1, "--episodes", episodes, "must be an integer >= 1")
     out = check_video_path(video, overwrite)
-    _, _, _, run = open_run_dir(run_dir, "DIR")
+    _, _, _, run = open_run_dir(run_dir, "DIR", trust)
     check_recordable(run.env)
     need("imageio_ffmpeg", WHAT)
     quiet_pygame()  # gym: classic-control and Box2D envs draw with pygame too
@@ -339,7 +341,7 @@ def record(run_dir: str | Path, video: str | Path, *, episodes: int = 1, policy_
 
     import sparqrl
 
-    agent = sparqrl.load(run_dir)  # compiles nothing yet
+    agent = sparqrl.load(run_dir, trust_imports=trust)  # compiles nothing yet
     cfg.require(isinstance(policy_seed, int) and 0 <= policy_seed < agent.seeds, "--video-seed", policy_seed,
                 f"must be an integer in [0, {agent.seeds}) (the run's trained policies; a sweep's: settings x seeds)")
     start = run.seed if seed is None else int(seed)

@@ -11,9 +11,10 @@ Names (what `--env` takes and what a run's config.json records):
                          protocol (`sparqrl.envs.core`) or a gymnax `Environment` (instance, class or
                          zero-argument factory; a gymnax env runs with its `default_params`)
 
-Attr may be dotted (`Outer.Inner`). Modules are imported from `sys.path`, then from the current folder
-(as `python -m` would). A run's `imports` (`--import MODULE`) are imported before its env is resolved, so
-ids that a module registers work too.
+Attr may be dotted (`Outer.Inner`). Modules are imported from `sys.path` only: the current folder is never
+added to it (set PYTHONPATH to import from a folder). A run's `imports` (`--import MODULE`) are imported before
+its env is resolved, so ids that a module registers work too. A run folder is data: the modules its
+config.json names are imported only when the command names them too (`sparqrl.trust`).
 
 From Python, `sparqrl.train(algo, obj, ...)` takes the object itself: `name_for(obj)` names it `gym:`/`jax:`
 MODULE:QUALNAME when a new process can import it back (a module-level class, function or instance, not in
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import os
 import sys
 from typing import Any, Callable
 
@@ -74,19 +74,24 @@ def _is_attr_path(attr: str) -> bool:
     return all(part.isidentifier() for part in attr.split("."))
 
 
+def module_of(name: str | None) -> str | None:
+    """The module a `gym:MODULE:ATTR` / `jax:MODULE:ATTR` env name imports; None for any other name (sparqrl's
+    own envs, Gymnasium ids, a local object's name)."""
+    if not isinstance(name, str) or not is_custom(name) or is_local(name):
+        return None
+    prefix = HOST_PREFIX if name.startswith(HOST_PREFIX) else DEVICE_PREFIX
+    return name[len(prefix):].partition(":")[0] or None
+
+
 def import_module(module: str, field: str = "imports", value: Any = None) -> Any:
-    """Import a user's module; any failure is a one-line error naming `field`, `value` (default: the
-    module), the module and the exception."""
+    """Import a user's module from `sys.path` (never the current folder: see the module docstring); any
+    failure is a one-line error naming `field`, `value` (default: the module), the module and the exception."""
     value = module if value is None else value
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as error:
-        cwd = os.getcwd()
-        if error.name != module.split(".")[0] or cwd in sys.path or "" in sys.path:
-            fail(field, value, f"module {module!r} cannot be imported ({type(error).__name__}: {error}; run from "
-                               "the folder that holds it, or add that folder to PYTHONPATH)")
-        sys.path.append(cwd)  # the current folder, as `python -m` would have it (not the `sparqrl` script's)
-        return import_module(module, field, value)
+        fail(field, value, f"module {module!r} cannot be imported ({type(error).__name__}: {error}; add the "
+                           "folder that holds it to PYTHONPATH)")
     except Exception as error:  # noqa: BLE001 - the user's module raised while importing
         fail(field, value, f"module {module!r} cannot be imported ({type(error).__name__}: {error})")
 

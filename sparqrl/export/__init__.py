@@ -46,6 +46,7 @@ import numpy as np
 
 from sparqrl import config as cfg
 from sparqrl.export.policy import Policy, Reference, describe, load_policy, unexportable
+from sparqrl.trust import Trust, named
 
 FORMATS = ("onnx",)
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -172,15 +173,15 @@ def export_policy(policy: Policy, out: str | Path | None, precision: str = "fp32
 
 
 def export(run_dir: str | Path, out: str | Path, precision: str = "fp32", *, seed: int = 0, fmt: str = "onnx",
-           sparse: str = "auto", overwrite: bool = False) -> dict[str, Any]:
+           sparse: str = "auto", overwrite: bool = False, trust_imports: bool | Trust = False) -> dict[str, Any]:
     """Export seed `seed`'s deterministic policy of the run in `run_dir` to `out`; returns the report
     (path, bytes, precision, format, seed, sparse, inputs/outputs, ...). Every argument is checked
     (ConfigError) before anything is compiled or written; an existing `out` is replaced only with
-    `overwrite`."""
+    `overwrite`. trust_imports: as `sparqrl.load`'s (a run folder is data, see `sparqrl.trust`)."""
     check_args(precision, fmt, sparse)
     _need_onnx()
     _check_out(out, overwrite)
-    policy, reference, info = load_policy(run_dir, seed)
+    policy, reference, info = load_policy(run_dir, seed, trust_imports)
     metadata = {"producer": "sparqrl", "algo": info.algo, "env": info.env, "seed": seed, "precision": precision,
                 "run_sparse": info.sparse, "obs_shape": json.dumps(list(policy.obs_shape))}
     _, report = export_policy(policy, out, precision, sparse=sparse, overwrite=overwrite, reference=reference,
@@ -190,7 +191,7 @@ def export(run_dir: str | Path, out: str | Path, precision: str = "fp32", *, see
 
 def run_cli(argv: list[str]) -> int:
     """`sparqrl export ...`: prints the report as JSON."""
-    from sparqrl.cli import OneLineParser
+    from sparqrl.cli import OneLineParser, add_import_flag
 
     parser = OneLineParser(prog="sparqrl export", description="Write a run's deterministic policy as a "
                            "self-contained ONNX file (runs in ONNX Runtime without sparqrl).")
@@ -203,8 +204,9 @@ def run_cli(argv: list[str]) -> int:
                         "that is smaller; no: every kernel dense")
     parser.add_argument("--out", required=True, help="the file to write, e.g. policy.onnx")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    add_import_flag(parser)
     args = parser.parse_args(argv)
     report = export(args.dir, args.out, args.precision, seed=args.seed, fmt=args.format, sparse=args.sparse,
-                    overwrite=args.overwrite)
+                    overwrite=args.overwrite, trust_imports=named(args.imports))
     print(json.dumps(report, indent=2))
     return 0

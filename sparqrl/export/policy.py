@@ -183,13 +183,13 @@ def describe(algo: str, config: Any, obs_shape: tuple[int, ...], action_space: A
 # ---- runs on disk ---------------------------------------------------------------------------------
 
 
-def load_policy(run_dir: str | Path, seed: int) -> tuple[Policy, Reference, RunInfo]:
+def load_policy(run_dir: str | Path, seed: int, trust_imports: Any = False) -> tuple[Policy, Reference, RunInfo]:
     """Seed `seed`'s policy of the run in `run_dir` (its newest intact checkpoint), the library's own
     deterministic action for it (`sparqrl.load(run_dir).act`), and facts about the run. A bad `seed` is a
-    ConfigError."""
+    ConfigError. trust_imports: as `sparqrl.load`'s."""
     from sparqrl.api import load
 
-    agent = load(run_dir)
+    agent = load(run_dir, trust_imports=trust_imports)
     one = agent.policy_params(seed)
     policy = describe(agent.algo, agent.config, agent.obs_shape, agent.action_space, one)
     info = RunInfo(agent.algo, agent.env, agent.seeds, str(getattr(agent.config, "sparse", "dense")))

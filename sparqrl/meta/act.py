@@ -40,6 +40,7 @@ from sparqrl import config as cfg
 from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM, make_train_fn
 from sparqrl.algos.ppo import objectives
 from sparqrl.envs import ACT_PREFIX, cheap_talk
+from sparqrl.envs.custom import module_of
 from sparqrl.envs.wrappers import EpisodeStats
 from sparqrl.meta.tasks import FITNESS, MetaTask, final_return, lifetime_return
 
@@ -225,9 +226,14 @@ def read_meta_config(run_dir: str, name: str) -> MetaConfig:
     is_act = isinstance(meta, dict) and meta.get("task") == "act"
     cfg.require(is_act, "env", name, f"{_NAMES} ({run_dir} is {_what_is_there(data)})")
     try:
-        return cfg.from_dict(MetaConfig, meta)
+        config = cfg.from_dict(MetaConfig, meta)
     except (KeyError, TypeError, ValueError) as error:
         cfg.fail("env", name, f"{_NAMES} ({run_dir} holds a damaged {CONFIG}: {type(error).__name__}: {error})")
+    # a run folder is data, never code (`sparqrl.trust`): the victim env it names is one of sparqrl's own
+    cfg.require(module_of(config.env) is None, "env", name, f"{_NAMES}: {folder / CONFIG} names the victim env "
+                f"{config.env!r}, a module's: an act:DIR env is built on sparqrl's own envs only (a gymnax id or "
+                "brax:NAME), never on a module a run folder names")
+    return config
 
 
 def read_fixed_adversary(run_dir: str, silent: bool = False, name: str | None = None) -> FixedAdversary:

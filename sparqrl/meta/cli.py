@@ -35,7 +35,7 @@ def parser() -> argparse.ArgumentParser:
     from sparqrl.meta.run import MetaConfig
 
     d = MetaConfig()
-    from sparqrl.cli import OneLineParser
+    from sparqrl.cli import OneLineParser, add_import_flag
 
     p = OneLineParser(prog="sparqrl meta", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("task", nargs="?", help="value-loss, lpo, hparams, mfos or act")
@@ -67,6 +67,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help=f"output folder (default {d.out})")
     p.add_argument("--overwrite", action="store_true", default=None, help="replace the sparqrl run in --out")
     p.add_argument("--resume", default=None, metavar="DIR", help="go on with the meta run in DIR")
+    add_import_flag(p)
     p.add_argument("--no-progress", action="store_true", default=None, help="no progress bar")
     p.add_argument("--no-energy", action="store_true", default=None, help="do not measure energy")
     p.add_argument("--country", default=None, help="3-letter ISO code for the CO2 figure (default USA)")
@@ -98,22 +99,29 @@ def config_from_args(args: argparse.Namespace):
     return MetaConfig(**values)
 
 
-RESUME_MAY_GIVE = ("resume", "generations", "no_progress")
+RESUME_MAY_GIVE = ("resume", "generations", "no_progress", "imports")
 
 
 def run_cli(argv: Sequence[str]) -> int:
     """The `meta` command (raises ConfigError for bad input; `sparqrl.cli.main` prints it, exit 2)."""
     from sparqrl import signals
     from sparqrl.meta import run as meta_run
+    from sparqrl.trust import named
 
     args = parser().parse_args(list(argv))
     if args.resume is not None:
         given = [name for name, value in vars(args).items() if value is not None and name not in RESUME_MAY_GIVE]
         cfg.require(not given, "--resume", args.resume, "continues a meta run with its saved settings; only "
                     f"--generations and --no-progress may be given (got {', '.join('--' + g.replace('_', '-') for g in given)})")
-        summary = meta_run.resume_meta(args.resume, args.generations, False if args.no_progress else None)
+        summary = meta_run.resume_meta(args.resume, args.generations, False if args.no_progress else None,
+                                       trust=named(args.imports))
     else:
         cfg.require(args.task is not None, "TASK", "", "is missing: sparqrl meta value-loss|lpo|hparams|mfos|act [options]")
+        cfg.require(not args.imports, "--import", args.imports, "is for --resume DIR (a new run's --env names its "
+                    "module itself)")
+        # train's rule: 0 would be read as "not given" (the inner config's own) while config.json said 0
+        cfg.require(args.steps is None or args.steps > 0, "--steps", args.steps,
+                    "must be a positive number of env steps (leave it out for the inner config's own)")
         config = config_from_args(args)
         prepared = meta_run.prepare(config)
         if signals.requested():

@@ -42,6 +42,7 @@ from sparqrl.algos.ppo import objectives
 from sparqrl.meta import tasks as meta_tasks
 from sparqrl.meta.strategies import PRESETS, STRATEGIES, Strategy, make_strategy, member_keys
 from sparqrl.runfiles import open_nofollow, write_atomic
+from sparqrl.trust import NOTHING, Trust, require_trusted
 
 CHECKPOINT = "checkpoint.npz"
 FITNESS_CSV = "fitness.csv"
@@ -415,8 +416,9 @@ def start_meta_dir(prepared: Prepared) -> Any:
     return new_run_dir(prepared.config.out, prepared.config.overwrite, _config_json(prepared))
 
 
-def open_meta_dir(path: str) -> tuple[Any, MetaConfig]:
-    """The meta run in `path` and its saved config."""
+def open_meta_dir(path: str, trust: Trust = NOTHING) -> tuple[Any, MetaConfig]:
+    """The meta run in `path` and its saved config, whose env's module must be one `trust` names
+    (`sparqrl.trust`: a run folder is data)."""
     from sparqrl.runners.rundir import CONFIG, RunDir, read_manifest
 
     out = Path(path)
@@ -428,6 +430,7 @@ def open_meta_dir(path: str) -> tuple[Any, MetaConfig]:
         config = cfg.from_dict(MetaConfig, data["meta"])
     except (OSError, ValueError, KeyError, TypeError) as error:
         cfg.fail("resume", path, f"is not a meta run, or its config.json is damaged ({type(error).__name__})")
+    require_trusted(trust, out / CONFIG, env=config.env)
     return RunDir(out, held[1]), config
 
 
@@ -632,9 +635,10 @@ def train_meta(config: MetaConfig, on_generation: Callable[[int], None] | None =
 
 
 def resume_meta(path: str, generations: int | None = None, progress: bool | None = None,
-                on_generation: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Go on with the meta run in `path` from its checkpoint (optionally to more `generations`)."""
-    rundir, config = open_meta_dir(path)
+                on_generation: Callable[[int], None] | None = None, trust: Trust = NOTHING) -> dict[str, Any]:
+    """Go on with the meta run in `path` from its checkpoint (optionally to more `generations`). `trust`: the
+    modules the command names; the module of a `jax:MODULE:ATTR` env the folder names must be among them."""
+    rundir, config = open_meta_dir(path, trust)
     changes: dict[str, Any] = {"out": str(path)}
     if generations is not None:
         changes["generations"] = generations

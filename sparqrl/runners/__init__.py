@@ -16,6 +16,7 @@ from sparqrl.runners.rundir import open_run_dir
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.runners.session import (RunFailed, RunInterrupted, eval_summary, finished_summary, notify,
                                      use_compile_cache)
+from sparqrl.trust import NOTHING, Trust, require_trusted
 
 
 def _host_runner() -> Any:
@@ -33,11 +34,13 @@ def train(algo_name: str, algo_config: Any, run: RunConfig, **kwargs: Any) -> di
     return anakin.train(algo_name, algo_config, run, **kwargs)
 
 
-def resume(out_dir: str | Path, progress: bool | None = None, **kwargs: Any) -> dict:
+def resume(out_dir: str | Path, progress: bool | None = None, trust: Trust = NOTHING, **kwargs: Any) -> dict:
     """Continue the run in `out_dir` from its newest intact checkpoint, with its saved configuration
     (from the beginning when it has none yet). A finished run is left as it is: its summary is returned.
-    `progress`: show the progress bar or not (default: as the run was started)."""
-    rundir, algo_name, algo_config, run = open_run_dir(out_dir)
+    `progress`: show the progress bar or not (default: as the run was started). `trust`: the modules and Ray
+    address the command names (`sparqrl.trust`): those the folder names must be among them."""
+    rundir, algo_name, algo_config, run = open_run_dir(out_dir, trust=trust)
+    require_trusted(trust, rundir.path / "config.json", ray_address=run.ray_address)  # before any Ray is joined
     if progress is not None:
         run = dataclasses.replace(run, progress=progress)
     if rundir.finished:
@@ -53,9 +56,10 @@ def resume(out_dir: str | Path, progress: bool | None = None, **kwargs: Any) -> 
         rundir.release()
 
 
-def evaluate_saved(out_dir: str | Path, episodes: int | None = None, seed: int | None = None) -> dict:
-    """Evaluate the saved policy of the run in `out_dir`: deterministic episodes per seed."""
-    rundir, algo_name, algo_config, run = open_run_dir(out_dir, "DIR")
+def evaluate_saved(out_dir: str | Path, episodes: int | None = None, seed: int | None = None,
+                   trust: Trust = NOTHING) -> dict:
+    """Evaluate the saved policy of the run in `out_dir`: deterministic episodes per seed. `trust`: as `resume`'s."""
+    rundir, algo_name, algo_config, run = open_run_dir(out_dir, "DIR", trust)
     episodes = run.eval_episodes if episodes is None else episodes
     require(episodes >= 1, "episodes", episodes, "must be >= 1")
     runner = _host_runner() if is_host_env(run.env) else anakin

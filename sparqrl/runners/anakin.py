@@ -32,6 +32,7 @@ from sparqrl.envs.custom import program_key
 from sparqrl.devices import seed_spread
 from sparqrl.runners.programs import Program, build_program, run_once_options
 from sparqrl.runners.rundir import RunDir, open_run_dir, saved_sweep, start_run_dir
+from sparqrl.trust import NOTHING, Trust
 from sparqrl.runners import sweep
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.runners.session import (ChunkHook, check_memory, chunk_bounds, eval_summary, notify, program_store, run_session,
@@ -320,9 +321,10 @@ def check_settings(algo_config: Any, env: Env, settings: list[dict[str, float]])
         with_hparams(algo_config, setting).validate(env)
 
 
-def load_state(out: str | Path) -> tuple[str, Any, RunConfig, Env, AnakinDriver, Any]:
-    """The saved run in `out`: its configs, environment, driver (nothing compiled) and newest intact state."""
-    rundir, algo_name, algo_config, run = open_run_dir(out, "DIR")
+def load_state(out: str | Path, trust: Trust = NOTHING) -> tuple[str, Any, RunConfig, Env, AnakinDriver, Any]:
+    """The saved run in `out`: its configs, environment, driver (nothing compiled) and newest intact state.
+    `trust`: the modules the caller names (`sparqrl.trust`)."""
+    rundir, algo_name, algo_config, run = open_run_dir(out, "DIR", trust)
     module, algo_config, env = prepare(algo_name, algo_config, run)
     driver = make_driver(algo_name, module, algo_config, env, run, saved_sweep(rundir.path))
     state = saved_state(rundir, driver.abstract_state())

@@ -31,6 +31,7 @@ from sparqrl.envs.custom import import_modules
 from sparqrl.runfiles import check_no_links, refuse_link, write_atomic
 from sparqrl.runfiles import reason as os_reason
 from sparqrl.runners.run_config import RunConfig
+from sparqrl.trust import NOTHING, Trust, require_trusted
 
 FORMAT = 1
 MANIFEST = "sparqrl-run.json"
@@ -236,8 +237,12 @@ def is_meta_config(data: Any) -> bool:
     return isinstance(data, dict) and "meta" in data and "algo" not in data
 
 
-def open_run_dir(path: str | Path, field: str = "resume") -> tuple[RunDir, str, Any, RunConfig]:
-    """The run in `path` (any format this sparqrl reads): its folder, algorithm name and saved configs."""
+def open_run_dir(path: str | Path, field: str = "resume", trust: Trust | None = NOTHING
+                 ) -> tuple[RunDir, str, Any, RunConfig]:
+    """The run in `path` (any format this sparqrl reads): its folder, algorithm name and saved configs.
+    `trust`: what the command named (`sparqrl.trust`); the modules the folder names must be among them,
+    checked before the run's imports are imported (its Ray address: by `runners.resume`, which joins it). None: the caller builds nothing of the run
+    (its env, its actors), so nothing is imported or checked."""
     out = Path(path)
     cfg.require(out.is_dir(), field, str(path), "must be the output folder of a run (no such folder)")
     held = read_manifest(out)
@@ -254,7 +259,9 @@ def open_run_dir(path: str | Path, field: str = "resume") -> tuple[RunDir, str, 
         raise
     except (OSError, ValueError, KeyError, TypeError) as error:
         cfg.fail(field, str(path), f"holds a damaged {CONFIG} ({type(error).__name__}: {error})")
-    import_modules(run.imports)  # what the run imported before resolving its env, in this process too
+    if trust is not None:
+        require_trusted(trust, out / CONFIG, run.imports, run.env)
+        import_modules(run.imports)  # what the run imported before resolving its env, in this process too
     return RunDir(out, held[1]), data["algo"], algo_config, run
 
 
