@@ -50,7 +50,7 @@ if sys.argv[1] == "slow":
         log(self, *a, **k)
         time.sleep(0.3)
     logger.RunLogger.log = slow_log
-if sys.argv[1].startswith("fail-"):  # the Nth write of the metrics or checkpoint writer fails with errno N
+if sys.argv[1] in ("fail-metrics", "fail-checkpoint"):  # the Nth write of the metrics or checkpoint writer fails with errno N
     from sparqrl.runners.checkpoint import Checkpointer
     from sparqrl.telemetry.logger import RunLogger
     cls, name = (RunLogger, "log") if sys.argv[1] == "fail-metrics" else (Checkpointer, "save")
@@ -62,6 +62,17 @@ if sys.argv[1].startswith("fail-"):  # the Nth write of the metrics or checkpoin
             raise OSError(code, os.strerror(code), "injected")
         return original(self, *a, **k)
     setattr(cls, name, failing)
+if sys.argv[1] == "fail-tensorstore":  # the 3rd checkpoint write fails inside orbax as tensorstore reports a full disk
+    import orbax.checkpoint as ocp
+    manager_save, saves = ocp.CheckpointManager.save, {"n": 0}
+    def full_disk(self, *a, **k):
+        saves["n"] += 1
+        if saves["n"] == 3:
+            code = int(sys.argv[2])
+            raise ValueError('RESOURCE_EXHAUSTED: Error writing local file "checkpoint/8/_sharding": Failed to write '
+                             f"5691 bytes to file 15: {os.strerror(code)} [os_error_code='{code}']")
+        return manager_save(self, *a, **k)
+    ocp.CheckpointManager.save = full_disk
 if sys.argv[1] == "finalize":
     from orbax.checkpoint._src.path import atomicity
     calls = {"n": 0}
@@ -127,6 +138,7 @@ MOMENTS = [
     ("SIGKILL", "chunk", _rng.randint(3, 8)),
     ("SIGINT", "chunk", _rng.randint(3, 8)),
     ("SIGKILL", "finalize", _rng.randint(2, 4)),
+    ("SIGHUP", "chunk", 4),  # a closed terminal: as SIGTERM and Ctrl-C, with exit status 129
 ]
 
 
@@ -145,8 +157,8 @@ def test_killed_run_resumes_to_the_uninterrupted_metrics(tmp_path, whole, sig, w
         proc.send_signal(getattr(signal, sig))
         proc.wait(timeout=600)
     err = proc.stderr.read()
-    if sig == "SIGINT":
-        assert proc.returncode == 130, err[-2000:]
+    if sig in ("SIGINT", "SIGHUP"):
+        assert proc.returncode == (130 if sig == "SIGINT" else 128 + signal.SIGHUP), err[-2000:]
         lines = err.strip().splitlines()
         assert len(lines) == 1 and "--resume" in lines[0] and "Traceback" not in err, err
     else:
@@ -194,12 +206,12 @@ def test_damaged_checkpoints_are_passed_over_then_reported(tmp_path, whole):
     assert (out / "metrics.csv").exists() and (out / "config.json").exists()  # nothing deleted
 
 
-@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
-@pytest.mark.parametrize("writer", ["metrics", "checkpoint"])
+@pytest.mark.parametrize("writer, code", [(writer, code) for writer in ("metrics", "checkpoint")
+                                          for code in (errno.ENOSPC, errno.EROFS)] + [("tensorstore", errno.ENOSPC)])
 def test_failed_writes_end_in_one_line_and_a_resumable_folder(tmp_path, whole, code, writer):
     """The disk fills (or turns read-only) in the middle of the run (the third write of the metrics or
-    checkpoint writer fails): one line, exit 1, and `--resume` (once the disk has room) ends identical
-    to the uninterrupted run."""
+    checkpoint writer fails; "tensorstore": inside orbax, with no OSError but tensorstore's words):
+    one line, exit 1, and `--resume` (once the disk has room) ends identical to the uninterrupted run."""
     out = tmp_path / "run"
     proc = start(out, f"fail-{writer}", str(code))
     _, err = proc.communicate(timeout=600)
