@@ -64,8 +64,8 @@ def test_a_new_process_reimports_for_eval_and_resume(host_run, tmp_path):
     stopped = sparqrl.train("dqn", own_envs.GoRight, out=out, callback=lambda metrics: False, **DQN_API)
     assert stopped.stopped and _config(out)["run"]["env"] == "gym:own_envs:GoRight"
     script = ("import json, sys; from sparqrl.cli import main; "
-              f"assert 'own_envs' not in sys.modules; assert main(['eval', {str(host_run)!r}]) == 0; "
-              f"assert main(['train', '--resume', {str(out)!r}, '--no-progress']) == 0")
+              f"assert 'own_envs' not in sys.modules; assert main(['eval', {str(host_run)!r}, '--import', 'own_envs']) == 0; "
+              f"assert main(['train', '--resume', {str(out)!r}, '--no-progress', '--import', 'own_envs']) == 0")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([sys.executable, "-c", script], cwd=TESTS, env=env, capture_output=True, text=True,
                           timeout=300)
@@ -76,7 +76,7 @@ def test_a_new_process_reimports_for_eval_and_resume(host_run, tmp_path):
 
 
 def test_evaluate_on_another_env_with_the_same_spaces(host_run):
-    agent = sparqrl.load(host_run)
+    agent = sparqrl.load(host_run, trust_imports=True)  # (the run's imports: own_envs)
     own = agent.evaluate(episodes=2)
     # the class without the registry's wrappers: the same corridor, the same seeds, the same returns
     other = agent.evaluate(episodes=2, env=own_envs.GoRight)
@@ -108,7 +108,7 @@ def test_a_jax_env_object_trains_on_device_with_a_full_run_folder(device_run):
     for name in ("summary.json", "metrics.csv", "returns.png", "checkpoint", "tensorboard", "config.json"):
         assert (path / name).exists(), name
     assert device_run.summary["env"] == "jax:own_envs:Chain" and device_run.metrics["episode_return"].shape == (2, 1)
-    agent = sparqrl.load(path)
+    agent = sparqrl.load(path, env=own_envs.Chain)  # the run's own env: its module may be imported
     expected = [_chain_return(agent, 0)]
     assert agent.evaluate(episodes=2)["return_per_seed"] == expected
     # the same corridor as a gymnax Environment, instance or class (default params), evaluated on device
@@ -141,10 +141,10 @@ def test_objects_that_cannot_be_imported_train_in_process_and_need_passing_again
     (run / "config.json").write_text(json.dumps(config))
     del custom._objects[name]
     with pytest.raises(ConfigError, match=r"sparqrl.load\(DIR, env=obj\)"):
-        sparqrl.load(run)
-    assert cli.main(["eval", str(run)]) == 2
-    agent = sparqrl.load(run, env=factory)
-    expected = sparqrl.load(host_run).evaluate(episodes=2)["return_per_seed"]
+        sparqrl.load(run, trust_imports=True)
+    assert cli.main(["eval", str(run), "--import", "own_envs"]) == 2
+    agent = sparqrl.load(run, env=factory, trust_imports=True)
+    expected = sparqrl.load(host_run, trust_imports=True).evaluate(episodes=2)["return_per_seed"]
     assert agent.evaluate(episodes=2)["return_per_seed"] == expected
     with pytest.raises(ConfigError, match="must be the run's own environment"):
         sparqrl.load(host_run, env=own_envs.GoRight)
