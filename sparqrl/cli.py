@@ -175,6 +175,12 @@ def algo_usage(command: str) -> str:
             f"`sparqrl {command} ALGO --help` documents every option and config field of ALGO.")
 
 
+def _positive_int(flag: str, text: str) -> int:
+    """`text` as an int >= 1 (ASCII digits only: str.isdigit also passes '²', which int() refuses)."""
+    cfg.require(text.isascii() and text.isdigit() and int(text) >= 1, flag, text, "must be a positive integer")
+    return int(text)
+
+
 def _algo(argv: list[str]) -> tuple[str, list[str]]:
     cfg.require(bool(argv) and not argv[0].startswith("-"), "ALGO", argv[0] if argv else "",
                 f"must be one of {', '.join(ALGORITHMS)}")
@@ -260,9 +266,7 @@ def _sweep(argv: list[str]) -> int:
         run, config = _parse_with_preset(algo_name, rest)
         cfg.require(not is_host_env(run.env), "env", run.env,
                     "a sweep runs on the device: a gymnax id, brax:NAME or jax:MODULE:ATTR")
-        cfg.require(not samples or samples[0].isdigit(), "--samples", samples[0] if samples else "",
-                    "must be a positive integer")
-        count = int(samples[0]) if samples else None
+        count = _positive_int("--samples", samples[0]) if samples else None
         settings = make_settings(config, grid, random, count, run.seed)
         if signals.requested():
             raise KeyboardInterrupt
@@ -347,6 +351,10 @@ def _eval(argv: list[str]) -> int:
     parser.add_argument("--overwrite", action="store_true", help="with --video: replace an existing file")
     add_import_flag(parser)
     args = parser.parse_args(argv)
+    for flag, value in (("--seed", args.seed), ("--video-seed", args.video_seed), ("--episodes", args.episodes)):
+        # as train's --seed: JAX keys and episode counts are 32-bit in the compiled program
+        cfg.require(value is None or abs(value) <= cfg.INT32_MAX, flag, value,
+                    f"must fit a 32-bit integer (|value| <= {cfg.INT32_MAX:,})")
     trust = named(args.imports)
     if args.video is None:
         cfg.require(args.video_seed is None, "--video-seed", args.video_seed, "is only used with --video")

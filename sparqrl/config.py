@@ -67,6 +67,28 @@ def check_numbers(config: Any) -> None:
                 require(math.isfinite(item), f.name, value, "must be a finite number")
 
 
+NAME_MAX = 255
+"""Longest file or folder name, in bytes, that Linux, macOS and Windows file systems allow."""
+PATH_MAX = 4096
+"""Longest path, in bytes, that Linux's system calls take."""
+
+
+def check_path(field: str, value: str) -> None:
+    """`value` is a path the OS can create and every file of a run can record: UTF-8 text (a byte that is
+    not arrives as a lone surrogate, which orbax, JSON and TensorBoard cannot write), no NUL, no name over
+    NAME_MAX bytes. Checked before anything is written, so the OS never refuses it halfway through a run."""
+    require(isinstance(value, str) and bool(value), field, value, "must be a path")
+    try:
+        encoded = value.encode("utf-8")
+    except UnicodeEncodeError:
+        fail(field, value, "must be valid UTF-8 text (the run records it; orbax and TensorBoard write only UTF-8 "
+                           "paths)")
+    require(b"\0" not in encoded, field, value, "must not contain a NUL character")
+    longest = max(len(name) for name in encoded.split(b"/"))
+    require(longest <= NAME_MAX, field, value, f"has a name of {longest} bytes; file systems allow {NAME_MAX}")
+    require(len(encoded) < PATH_MAX, field, value, f"is {len(encoded)} bytes long; the OS takes paths under {PATH_MAX}")
+
+
 def one_of(field: str, value: Any, choices: typing.Iterable[Any]) -> None:
     choices = list(choices)
     require(value in choices, field, value, f"must be one of {', '.join(map(str, choices))}")

@@ -130,7 +130,7 @@ class RunConfig:
             cfg.require(getattr(self, name) >= 1, name, getattr(self, name), "must be >= 1")
         cfg.require(self.eval_every >= 0, "eval_every", self.eval_every, "must be >= 0")
         cfg.require(self.checkpoint_interval_s >= 0, "checkpoint_interval_s", self.checkpoint_interval_s, "must be >= 0")
-        cfg.require(bool(self.out), "out", self.out, "must be a directory path")
+        cfg.check_path("out", self.out)
         validate_country(self.country, "country")
         for name in ("actors", "fragment_steps", "publish_every", "in_flight"):
             value = getattr(self, name)

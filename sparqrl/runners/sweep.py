@@ -68,12 +68,14 @@ def parse_grid(algo_config: Any, items: Sequence[str]) -> list[Setting]:
         cfg.require(name not in axes, "--grid", item, f"repeats the field {name!r}")
         axes[name] = [_number(v.strip(), "--grid", item) for v in text.split(",") if v.strip()]
         cfg.require(bool(axes[name]), "--grid", item, "needs at least one value")
+    count = math.prod(map(len, axes.values()))  # before the product is built: 100 values x 8 fields is 10^16
+    cfg.require(count <= MAX_SETTINGS, "--grid", f"{count:,} settings", f"must give <= {MAX_SETTINGS:,}")
     return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
 
 
 def parse_random(algo_config: Any, items: Sequence[str], samples: int, seed: int) -> list[Setting]:
     """`samples` settings drawn from `--random field=log|lin:low:high` items (log: uniform in log-space)."""
-    cfg.require(samples >= 1, "--samples", samples, "must be >= 1")
+    cfg.require(1 <= samples <= MAX_SETTINGS, "--samples", samples, f"must be in [1, {MAX_SETTINGS:,}]")
     ranges: dict[str, tuple[str, float, float]] = {}
     for item in items:
         name, text = _split(item, "--random")
@@ -99,7 +101,7 @@ def make_settings(algo_config: Any, grid: Sequence[str], random: Sequence[str], 
     cfg.require(bool(grid) or bool(random), "sweep", "", "needs --grid field=v1,v2,... or --random field=log:low:high")
     cfg.require(samples is None or bool(random), "--samples", samples, "needs --random")
     grid_settings = parse_grid(algo_config, grid) if grid else [{}]
-    random_settings = parse_random(algo_config, random, samples or 16, seed) if random else [{}]
+    random_settings = parse_random(algo_config, random, 16 if samples is None else samples, seed) if random else [{}]
     both = set(grid_settings[0]) & set(random_settings[0])
     cfg.require(not both, "--random", ", ".join(sorted(both)), "is also given by --grid")
     settings = [{**g, **r} for g in grid_settings for r in random_settings]
