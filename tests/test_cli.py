@@ -134,7 +134,8 @@ def test_a_format0_run_is_recognised_and_overwritten_by_its_files_only(capsys, u
     assert code == 2 and "--overwrite" in err
     run = cli.RunConfig(out=str(unstarted_run), overwrite=True)
     start_run_dir("ppo", ppo.Config(), run)
-    assert sorted(p.name for p in unstarted_run.iterdir()) == ["config.json", "mine.txt", "sparqrl-run.json"]
+    assert sorted(p.name for p in unstarted_run.iterdir()) == ["config.json", "mine.txt", "sparqrl-run.json",
+                                                               "sparqrl-run.lock"]
 
 
 @pytest.mark.parametrize("algo, module", [("ppo", ppo), ("dqn", dqn)])
