@@ -3,17 +3,20 @@
 A runner supplies a `Driver` (how to compile, initialise, run one chunk of updates and evaluate); the
 session does everything around it, once for both: the run folder and its manifest, verified checkpoints
 and resume, progress, metrics.csv and TensorBoard, evaluation and checkpoint cadence, energy and CO2,
-Ctrl-C / SIGTERM, non-finite values, failed writes and the summary.
+Ctrl-C / SIGTERM / SIGHUP, non-finite values, failed writes and the summary.
 
 How each way a run can stop ends (the README's "what happens when" table, proved by tests/test_faults.py):
-  Ctrl-C / SIGTERM   `RunInterrupted` (exit 130): the last logged chunk is checkpointed (a run stopped
-                     before its first checkpoint keeps its config.json, and `--resume` starts it over)
+  Ctrl-C / SIGTERM   `RunInterrupted` (exit 130; SIGHUP the same, exit 129): the last logged chunk is
+                     checkpointed (a run stopped before its first checkpoint keeps its config.json, and
+                     `--resume` starts it over)
   kill -9            the last periodic checkpoint stays; `--resume` redoes the chunks after it
   damaged checkpoint reported in one line; the newest intact one is used, or a one-line error
   non-finite values  `RunFailed` (exit 1) naming the chunk, its updates and the metric or state leaf;
                      the last finite checkpoint is kept
-  failed write       `RunFailed` (exit 1) naming the reason (full disk, read-only); the folder stays
-                     resumable from its last checkpoint
+  failed write       `RunFailed` (exit 1) naming the reason (full disk, read-only, also when tensorstore
+                     reports it in words only); the folder stays resumable from its last checkpoint
+  a link appears     `RunFailed` naming it (a writer refuses a folder holding one before it starts)
+The folder's writer lock (`RunDir.lock`) is released when the session ends.
 """
 
 from __future__ import annotations
