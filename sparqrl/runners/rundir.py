@@ -122,6 +122,9 @@ def _take_lock(folder: Path) -> int:
         os.close(fd)
         cfg.fail("out", str(folder), f"is being written by another sparqrl process (PID {holder}); wait for it to "
                  "end or stop it (eval, export and compare can read the run meanwhile); nothing was changed")
+    except OSError as error:  # a file system without locks (some network ones): no writer could be kept out
+        os.close(fd)
+        cfg.fail("out", str(folder), f"cannot be locked for writing ({os_reason(error)}); put the run on a local disk")
     except BaseException:
         os.close(fd)
         raise
@@ -253,8 +256,8 @@ def open_run_dir(path: str | Path, field: str = "resume", trust: Trust | None = 
         cfg.require(not is_meta_config(data), field, str(path),
                     "is a meta run's folder, not a train or sweep run's (`sparqrl meta TASK --resume DIR` continues it)")
         module = get_algorithm(data["algo"])
-        algo_config = cfg.from_dict(module.Config, data["config"])
-        run = cfg.from_dict(RunConfig, data["run"])
+        algo_config = cfg.from_dict(module.Config, data["config"], str(out / CONFIG))
+        run = cfg.from_dict(RunConfig, data["run"], str(out / CONFIG))
     except cfg.ConfigError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as error:
