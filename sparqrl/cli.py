@@ -205,15 +205,16 @@ def load_config(algo_name: str, path: str) -> tuple[RunConfig, Any]:
             data = act_victim_config(data, file.parent)
         saved = data.get("algo", algo_name)  # before the fields: another algorithm's are not this one's
         cfg.require(saved == algo_name, "--load-config", path, f"holds a {saved} config, not {algo_name}")
-        config = cfg.from_dict(module.Config, data["config"])
+        config = cfg.from_dict(module.Config, data["config"], str(file))
+        saved_run = data.get("run", {})
+        run = cfg.from_dict(RunConfig, {k: v for k, v in saved_run.items() if k in ("env", "imports")}, str(file))
     except cfg.ConfigError:
         raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         cfg.fail("--load-config", path, f"must be a sweep's best.json, a meta run's best_hparams.json or a run's "
                                         f"config.json ({type(error).__name__}: "
                                         f"{error})")
-    saved_run = data.get("run", {})
-    return RunConfig(env=saved_run.get("env", RunConfig.env), imports=tuple(saved_run.get("imports", ()))), config
+    return run, config
 
 
 def act_victim_config(data: dict[str, Any], run_dir: Path) -> dict[str, Any]:

@@ -166,13 +166,47 @@ def to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
+def from_dict(cls: type[C], data: Mapping[str, Any], source: str = "") -> C:
+    """The config `data` (parsed JSON: a run's config.json, a --load-config file) describes. Every key must be
+    a field and every value of its field's type, else a one-line ConfigError naming `source` (the file), the
+    field and the type: a file is data from anywhere, and `lr: "abc"` or `imports: "x"` (a string split into
+    characters) must not reach the run."""
+    where = f"{source}: " if source else ""
+    require(isinstance(data, Mapping), f"{where}{cls.__name__}", data, "must be a JSON object of fields")
     upgrade = getattr(cls, "upgrade_dict", None)  # a config class may map fields an older sparqrl saved
     if upgrade is not None:
         data = upgrade(data)
     hints = field_types(cls)
-    values = {k: tuple(v) if typing.get_origin(hints[k]) is tuple else v for k, v in data.items()}
+    names = [f.name for f in dataclasses.fields(cls)]
+    values = {}
+    for key, value in data.items():
+        require(key in names, f"{where}{key}", value, f"is not a field of {cls.__name__}{close_matches(key, names)}")
+        values[key] = _from_json(value, hints[key], f"{where}{key}")
     return cls(**values)
+
+
+def _from_json(value: Any, annotation: Any, field: str) -> Any:
+    """`value` (parsed JSON) as the type `annotation` (the config field types: bool, int, float, str,
+    Literal, `X | None`, `tuple[X, ...]`), else a ConfigError naming `field`."""
+    args = typing.get_args(annotation)
+    if type(None) in args:
+        return None if value is None else _from_json(value, next(a for a in args if a is not type(None)), field)
+    if typing.get_origin(annotation) is tuple:
+        require(isinstance(value, (list, tuple)), field, value, f"must be a list, each item {_kind(args[0])}")
+        return tuple(_from_json(item, args[0], field) for item in value)
+    if typing.get_origin(annotation) is typing.Literal:
+        one_of(field, value, args)
+        return value
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = {bool: isinstance(value, bool), int: is_number and isinstance(value, int), float: is_number,
+          str: isinstance(value, str)}.get(annotation, True)
+    require(ok, field, value, f"must be {_kind(annotation)}")
+    return float(value) if annotation is float else value
+
+
+def _kind(annotation: Any) -> str:
+    return {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string"}.get(
+        annotation, str(annotation))
 
 
 def dumps(config: Any) -> str:

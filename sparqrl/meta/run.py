@@ -427,7 +427,9 @@ def open_meta_dir(path: str, trust: Trust = NOTHING) -> tuple[Any, MetaConfig]:
     cfg.require(held is not None and (out / CONFIG).is_file(), "resume", path, "must be the output folder of a meta run")
     try:
         data = json.loads((out / CONFIG).read_text())
-        config = cfg.from_dict(MetaConfig, data["meta"])
+        config = cfg.from_dict(MetaConfig, data["meta"], str(out / CONFIG))
+    except cfg.ConfigError:
+        raise
     except (OSError, ValueError, KeyError, TypeError) as error:
         cfg.fail("resume", path, f"is not a meta run, or its config.json is damaged ({type(error).__name__})")
     require_trusted(trust, out / CONFIG, env=config.env)
