@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from sparqrl import config as cfg
+from sparqrl import config as cfg, npzsafe
 from sparqrl.algos import get_algorithm
 from sparqrl.algos.ppo import objectives
 from sparqrl.meta import tasks as meta_tasks
@@ -45,6 +45,8 @@ from sparqrl.runfiles import open_nofollow, write_atomic
 from sparqrl.trust import NOTHING, Trust, require_trusted
 
 CHECKPOINT = "checkpoint.npz"
+MAX_TOTALS_BYTES = 1 << 20
+"""Bound on the checkpoint's running totals (a short JSON text) read from a folder."""
 FITNESS_CSV = "fitness.csv"
 BEST_MEMBER_FILE = "best_member_params.npz"
 BEST_HPARAMS_FILE = "best_hparams.json"
@@ -371,18 +373,27 @@ def load_checkpoint(path: Path, like: Any) -> tuple[Any, int, dict[str, Any]]:
     """(state, generations done, running totals); the state's structure, shapes and dtypes are those of
     `like` (a fresh state), else a one-line ConfigError."""
     leaves, treedef = jax.tree.flatten(like)
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            found = [data[f"leaf_{i:04d}"] for i in range(len(leaves))]
-            extra = sum(name.startswith("leaf_") for name in data.files) - len(leaves)
-            generation = int(data["generation"])
-            totals = json.loads(str(data["totals"]))
-    except (OSError, ValueError, KeyError, EOFError) as error:
-        cfg.fail("resume", str(path.parent), f"holds a damaged {path.name} ({type(error).__name__})")
-    for old, new in zip(leaves, found):
-        if np.shape(old) != new.shape or np.asarray(old).dtype != new.dtype or extra:
+    expected = {f"leaf_{i:04d}": (tuple(np.shape(leaf)), np.asarray(leaf).dtype) for i, leaf in enumerate(leaves)}
+
+    def check(headers: dict[str, npzsafe.Header]) -> None:  # from the headers: no array is read before this
+        found = {name: (h.shape, h.dtype) for name, h in headers.items() if name not in ("generation", "totals")}
+        if found != expected:
             cfg.fail("resume", str(path.parent), f"holds a {path.name} of another strategy or task")
-    return jax.tree.unflatten(treedef, [jnp.asarray(x) for x in found]), generation, totals
+        scalar = {name: h.dtype.kind for name, h in headers.items() if h.shape == () and h.nbytes <= MAX_TOTALS_BYTES}
+        if scalar.get("generation", "") not in tuple("iu") or scalar.get("totals") != "U":
+            raise npzsafe.NpzError("its generation or totals are not those of a meta checkpoint")
+
+    try:
+        data = npzsafe.read_npz(path, check)
+        generation = int(data["generation"])
+        totals = json.loads(str(data["totals"]))
+        if generation < 0 or not isinstance(totals, dict):
+            raise ValueError("a negative generation or totals that are not a mapping")
+    except cfg.ConfigError:
+        raise
+    except (OSError, ValueError) as error:
+        cfg.fail("resume", str(path.parent), f"holds a damaged {path.name} ({type(error).__name__}: {error})")
+    return jax.tree.unflatten(treedef, [jnp.asarray(data[name]) for name in expected]), generation, totals
 
 
 def _truncate_rows(path: Path, generations: int) -> None:

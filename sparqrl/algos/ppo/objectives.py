@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import zipfile
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -34,6 +33,7 @@ import numpy as np
 
 from sparqrl.algos.ppo.losses import value_loss as _value_loss
 from sparqrl.config import ConfigError, close_matches, fail
+from sparqrl.npzsafe import Header, read_npz
 
 DriftFn = Callable[[jax.Array, jax.Array], jax.Array]
 """f(r, Â) -> drift, elementwise, same shape as r."""
@@ -326,18 +326,23 @@ def load_meta_params(path: str | os.PathLike[str], like: Any) -> Any:
         raise ConfigError(f"meta-parameter file {path} not found")
     names = _leaf_names(like)
     leaves, treedef = jax.tree.flatten(like)
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            found = {name: data[name] for name in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
-        raise ConfigError(f"meta-parameter file {path} is not a readable .npz file ({error})") from None
     expected_shapes = {name: tuple(np.shape(leaf)) for name, leaf in zip(names, leaves)}
-    found_shapes = {name: tuple(array.shape) for name, array in found.items()}
-    if found_shapes != expected_shapes:
-        raise ConfigError(
-            f"meta-parameter file {path} has the wrong shape: expected {_describe(expected_shapes)}, "
-            f"found {_describe(found_shapes)}"
-        )
+
+    def check(headers: dict[str, Header]) -> None:  # from the headers: no array is read before this
+        found_shapes = {name: header.shape for name, header in headers.items()}
+        if found_shapes != expected_shapes:
+            raise ConfigError(f"meta-parameter file {path} has the wrong shape: expected "
+                              f"{_describe(expected_shapes)}, found {_describe(found_shapes)}")
+        for name, header in headers.items():
+            if header.dtype.kind not in "fiu":
+                raise ConfigError(f"meta-parameter file {path} holds {name} as {header.dtype}, not numbers")
+
+    try:
+        found = read_npz(path, check)
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"meta-parameter file {path} is not a readable .npz file ({error})") from None
     return jax.tree.unflatten(treedef, [np.asarray(found[name], np.float32) for name in names])
 
 
