@@ -134,6 +134,12 @@ INNER = ["--set", "num_envs=4", "--set", "num_steps=16", "--set", "num_minibatch
          "--set", "hidden=16,16", "--steps", "128"]
 
 
+# `train ppo` with a learned rule, through the runner (its shard_map over seeds), 2 seeds
+TRAIN_TINY = ["--seeds", "2", "--steps", "256", "--set", "num_envs=4", "--set", "num_steps=32", "--set",
+              "num_minibatches=1", "--set", "update_epochs=1", "--set", "hidden=16,16", "--chunks", "1",
+              "--eval-episodes", "2", "--no-progress", "--no-energy"]
+
+
 def meta_argv(task, out, *extra):
     return ["meta", task, "--popsize", "4", "--seeds", "2", *INNER, "--out", str(out), "--no-energy",
             "--no-progress", *extra]
@@ -160,8 +166,10 @@ def test_meta_lpo_outputs_and_killed_run_resumes_identically(capsys, tmp_path):
         assert key in summary, key
     assert summary["generations"] == 3 and summary["env_steps"] == 3 * 4 * 2 * 128
     assert len(fitness_rows(whole)) == 3
-    # the result is what `train --objective lpo:DIR` reads
-    objectives.load_meta_params(whole, objectives.lpo_init())
+    # the result is what `train --objective lpo:DIR` reads, through the runner
+    code, _, err = run_cli(capsys, "train", "ppo", "--objective", f"lpo:{whole}", *TRAIN_TINY, "--out",
+                           str(tmp_path / "trained"))
+    assert code == 0, err
 
     class Killed(Exception):
         pass
@@ -198,6 +206,9 @@ def test_meta_value_loss_more_generations_and_train_reads_the_result(capsys, tmp
     assert json.loads(summary)["generations"] == 2 and len(fitness_rows(out)) == 2
     resolved = dataclasses.replace(TINY, value_loss=f"learned:{out}").validate(cartpole)
     assert resolved.value_loss.startswith("learned:") and "#sha256=" in resolved.value_loss
+    code, _, err = run_cli(capsys, "train", "ppo", "--value-loss", f"learned:{out}", *TRAIN_TINY, "--out",
+                           str(tmp_path / "trained"))
+    assert code == 0, err
 
 
 def test_meta_hparams_writes_best_hparams(capsys, tmp_path):
