@@ -50,7 +50,7 @@ if sys.argv[1] == "slow":
         log(self, *a, **k)
         time.sleep(0.3)
     logger.RunLogger.log = slow_log
-if sys.argv[1] in ("fail-metrics", "fail-checkpoint"):  # the Nth write of the metrics or checkpoint writer fails with errno N
+if sys.argv[1] in ("fail-metrics", "fail-checkpoint"):  # the 3rd write of that writer fails with errno N
     from sparqrl.runners.checkpoint import Checkpointer
     from sparqrl.telemetry.logger import RunLogger
     cls, name = (RunLogger, "log") if sys.argv[1] == "fail-metrics" else (Checkpointer, "save")

@@ -140,9 +140,14 @@ def test_orbax_never_deletes_a_step_that_is_a_link(tmp_path, monkeypatch, cpus):
 def test_resume_refuses_a_folder_holding_a_link(stopped, tmp_path, capsys, avenue):
     victim, victim_dir = make_victims(tmp_path)
     steps = sorted((stopped / "checkpoint").iterdir(), key=lambda p: int(p.name))
-    link, target = {"checkpoint-step": (steps[0], victim_dir), "returns.png": (stopped / "returns.png", Path("../victim.txt")),
-                    "tensorboard": (stopped / "tensorboard", victim_dir), "metrics.csv": (stopped / "metrics.csv", victim)}[avenue]
-    shutil.rmtree(link) if link.is_dir() else link.unlink()
+    link, target = {"checkpoint-step": (steps[0], victim_dir),
+                    "returns.png": (stopped / "returns.png", Path("../victim.txt")),
+                    "tensorboard": (stopped / "tensorboard", victim_dir),
+                    "metrics.csv": (stopped / "metrics.csv", victim)}[avenue]
+    if link.is_dir():
+        shutil.rmtree(link)
+    else:
+        link.unlink()
     link.symlink_to(target)
     before = tree(stopped, skip=(LOCK,))
     code, _, err = run_cli(capsys, "train", "--resume", str(stopped))
@@ -169,7 +174,8 @@ def test_overwrite_refuses_an_unlisted_link(finished, tmp_path, capsys):
     victims_intact(victim, victim_dir)
 
 
-@pytest.mark.parametrize("name", ["fitness.csv", "checkpoint.npz", "fitness.png", "best_meta_params.npz", "tensorboard"])
+@pytest.mark.parametrize("name", ["fitness.csv", "checkpoint.npz", "fitness.png", "best_meta_params.npz",
+                                  "tensorboard"])
 def test_meta_resume_refuses_a_folder_holding_a_link(tmp_path, capsys, name):
     victim, victim_dir = make_victims(tmp_path)
     out = tmp_path / "meta"
