@@ -61,11 +61,27 @@ BIG = "100000000000"
         (["eval"], ["dir"]),
         (["train", "--resume", "/nonexistent/run"], ["resume", "/nonexistent/run"]),
         (["train", "--resume"], ["--resume"]),
+        (["eval", "/nonexistent/run", "--seed", "1e20"], ["--seed", "1e20"]),
+        (["eval", "/nonexistent/run", "--seed", str(10**30)], ["--seed", str(10**30), "32-bit"]),
+        (["eval", "/nonexistent/run", "--episodes", BIG], ["--episodes", BIG, "32-bit"]),
+        (["sweep", "ppo", "--random", "lr=log:1e-4:1e-3", "--samples", "0"], ["--samples", "'0'", "positive"]),
+        (["sweep", "ppo", "--random", "lr=log:1e-4:1e-3", "--samples", "²"], ["--samples", "positive"]),
+        (["sweep", "ppo", "--random", "lr=log:1e-4:1e-3", "--samples", BIG], ["--samples", BIG, "65,536"]),
+        (["sweep", "ppo", *[f"--grid={f}=" + ",".join(map(str, range(1, 30))) for f in ("lr", "clip_eps", "ent_coef",
+                                                                                       "vf_coef")]],
+         ["--grid", "707,281 settings", "65,536"]),
+        (["meta", "value-loss", "--steps", "0"], ["--steps", "0", "positive"]),
+        (["meta", "value-loss", "--seed", str(10**30)], ["seed", "32-bit"]),
+        (["meta", "value-loss", "--popsize", "100000"], ["popsize", "100000", "65,536"]),
+        (["meta", "value-loss", "--popsize", "60000", "--seeds", "60000"], ["popsize=60000", "60000 seed(s)", "GiB"]),
+        (["train", "dqn", "--env", "gym:CartPole-v1", "--actors", "1000000"], ["actors", "1000000", "per CPU core"]),
+        (["train", "dqn", "--env", "gym:CartPole-v1", "--seeds", "1000", "--set", "num_envs=100"],
+         ["num_envs", "100,000 host environments", "4,096"]),
     ],
 )
 def test_bad_input_is_one_line_error_before_any_work(capsys, tmp_path, argv, words):
     out = tmp_path / "run"
-    if argv[0] == "train" and "--resume" not in argv:
+    if argv[0] in ("train", "sweep", "meta") and "--resume" not in argv:
         argv = argv + ["--out", str(out)]
     code, _, err = run_cli(capsys, *argv)
     assert code == 2
@@ -74,6 +90,64 @@ def test_bad_input_is_one_line_error_before_any_work(capsys, tmp_path, argv, wor
     for word in words:
         assert word in lines[0], (word, lines[0])
     assert not out.exists()  # nothing was written (and nothing compiled: the check comes first)
+
+
+def one_line_error(capsys, *argv) -> str:
+    code, _, err = run_cli(capsys, *argv)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("sparqrl: error:"), err
+    return lines[0]
+
+
+@pytest.mark.parametrize("name, words", [
+    ("\udcff", ["out=", "UTF-8"]),  # how Python passes the byte 0xff of a command line
+    ("a" * 256, ["out=", "256 bytes", "255"]),
+])
+@pytest.mark.parametrize("command", [["train", "ppo"], ["meta", "value-loss"]])
+def test_an_out_path_the_os_cannot_hold_is_refused_before_anything_is_written(capsys, tmp_path, command, name, words):
+    line = one_line_error(capsys, *command, "--out", str(tmp_path / name / "run"))
+    assert all(word in line for word in words), line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("section, field, value, words", [
+    ("config", "lr", "abc", ["lr='abc'", "a number"]),
+    ("run", "env", 5, ["env=5", "a string"]),
+    ("run", "imports", "x", ["imports='x'", "a list"]),  # was split into the modules 'x' (characters)
+    ("config", "hidden", [64.5], ["hidden=64.5", "an integer"]),
+    ("config", "lrr", 0.1, ["lrr", "not a field", "lr"]),
+])
+def test_load_config_values_of_the_wrong_type_are_one_line(capsys, tmp_path, section, field, value, words):
+    data = {"algo": "ppo", "config": {}, "run": {}}
+    data[section][field] = value
+    file = tmp_path / "best.json"
+    file.write_text(json.dumps(data))
+    line = one_line_error(capsys, "train", "ppo", "--load-config", str(file), "--out", str(tmp_path / "run"))
+    assert all(word in line for word in [str(file), *words]), line
+    assert not (tmp_path / "run").exists()
+
+
+DAMAGE = {
+    "truncated": lambda text: text[: len(text) // 2],
+    "not an object": lambda text: "[1, 2]",
+    "missing run": lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "run"}),
+    "lr a string": lambda text: json.dumps({**json.loads(text), "config": {"lr": "abc"}}),
+    "run a string": lambda text: json.dumps({**json.loads(text), "run": "x"}),
+    "seeds a string": lambda text: json.dumps({**json.loads(text), "run": {"seeds": "2"}}),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_damaged_config_json_is_one_line_for_every_reader(capsys, tmp_path, unstarted_run, damage):
+    config = unstarted_run / "config.json"
+    config.write_text(DAMAGE[damage](config.read_text()))
+    before = {p.name: p.read_bytes() for p in unstarted_run.iterdir() if p.is_file()}
+    for argv in (["eval", str(unstarted_run)], ["train", "--resume", str(unstarted_run)],
+                 ["export", str(unstarted_run), "--format", "onnx", "--precision", "fp32", "--out",
+                  str(tmp_path / "p.onnx")], ["compare", str(unstarted_run), "--out", str(tmp_path / "c.png")]):
+        one_line_error(capsys, *argv)
+    assert {p.name: p.read_bytes() for p in unstarted_run.iterdir() if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
 @pytest.fixture

@@ -170,6 +170,8 @@ class Prepared:
     env: Any
 
 
+MAX_MEMBERS = 65_536
+"""Bound on popsize and seeds, as on a train run's seeds; memory bounds their product (`check_memory`)."""
 FINAL_EVALUATION = 0x7FFFFFFF
 """fold_in index of the final evaluation's key (no generation reaches it)."""
 TASK_OPTIONS = {"mfos": ("game", "opponent", "trainer", "games"), "act": ("mode", "adversary", "n_dims")}
@@ -215,7 +217,33 @@ def inner_config(config: MetaConfig, module: Any) -> Any:
 
 
 def prepare(config: MetaConfig) -> Prepared:
-    """Check the meta config and build its task and strategy; one-line ConfigError for any bad input."""
+    """Check the meta config and build its task and strategy; one-line ConfigError for any bad input, the
+    population's memory included."""
+    prepared = _prepare(config)
+    check_memory(prepared)
+    return prepared
+
+
+def check_memory(prepared: Prepared) -> None:
+    """popsize x seeds inner trainings must fit the devices' memory: one training traced (never compiled
+    or run), the values its program holds at the top level (its loop's carry, its stacked metrics) summed,
+    times the trainings of a generation. A lower bound of what XLA needs, so only what cannot fit is
+    refused, before anything is written (else XLA's out-of-memory traceback after the folder was)."""
+    from sparqrl.runners.session import device_name, memory_bytes
+
+    config, task = prepared.config, prepared.task
+    if not isinstance(prepared.strategy, Strategy):  # M-FOS's PPO trainer: one learner
+        return
+    jaxpr = jax.make_jaxpr(task.fitness)(task.init(None), jax.random.PRNGKey(0)).jaxpr
+    one = sum(math.prod(v.aval.shape) * v.aval.dtype.itemsize for e in jaxpr.eqns for v in e.outvars
+              if hasattr(v.aval, "shape"))
+    need, have = one * config.popsize * config.seeds, memory_bytes()
+    cfg.require(need <= have, "popsize", config.popsize, f"with {config.seeds} seed(s): a generation's "
+                f"{config.popsize * config.seeds:,} inner trainings need over {need / 2**30:,.1f} GiB, more than the "
+                f"{have / 2**30:,.1f} GiB of memory of {device_name()}; lower popsize, seeds or the inner num_envs")
+
+
+def _prepare(config: MetaConfig) -> Prepared:
     from sparqrl.envs import make_env
     from sparqrl.telemetry import validate_country
 
@@ -229,6 +257,9 @@ def prepare(config: MetaConfig) -> Prepared:
         value = getattr(config, name)
         cfg.require(isinstance(value, int) and not isinstance(value, bool) and value >= 1, name, value,
                     "must be an integer >= 1")
+    for name in ("popsize", "seeds"):  # before the strategy is built: some hold popsize-long arrays
+        cfg.require(getattr(config, name) <= MAX_MEMBERS, name, getattr(config, name), f"must be <= {MAX_MEMBERS:,} "
+                    "(each is a whole inner training per generation)")
     cfg.require(config.steps >= 0, "steps", config.steps, "must be >= 0 (0: the inner config's own)")
     if config.fitness:
         cfg.require(config.task != "mfos", "fitness", config.fitness, "mfos's fitness is the meta-agent's return")

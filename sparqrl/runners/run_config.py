@@ -4,6 +4,7 @@ hyperparameters live in its own Config."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Literal
 
 from sparqrl import config as cfg, presets
@@ -13,6 +14,11 @@ from sparqrl.envs.custom import import_modules
 from sparqrl.telemetry.energy import validate_country
 
 MAX_SEEDS = 65_536
+ACTORS_PER_CPU = 4
+"""Actors a machine runs at most per CPU core: each is a process stepping its own environments, so more only
+wait for a core (and a million of them would fork until the machine gives out)."""
+MAX_CLUSTER_ACTORS = 16_384
+"""Actors at most on a Ray cluster (--ray-address), whose size is only known once joined."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +122,11 @@ class RunConfig:
         return (2 if self.resolved_backend == "ray" else 1) if self.in_flight is None else self.in_flight
 
     @property
+    def max_actors(self) -> int:
+        """What the machine (or a Ray cluster) can run: `ACTORS_PER_CPU` per core, `MAX_CLUSTER_ACTORS`."""
+        return ACTORS_PER_CPU * (os.cpu_count() or 1) if self.ray_address is None else MAX_CLUSTER_ACTORS
+
+    @property
     def resolved_backend(self) -> str:
         return ("ray" if self.actors > 1 else "inline") if self.backend == "auto" else self.backend
 
@@ -136,6 +147,10 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None or name not in ("fragment_steps", "in_flight"):
                 cfg.require(isinstance(value, int) and value >= 1, name, value, "must be an int >= 1")
+        cfg.require(self.actors <= self.max_actors, "actors", self.actors, f"must be <= {self.max_actors:,}: "
+                    + (f"{ACTORS_PER_CPU} per CPU core of this machine's {os.cpu_count() or 1} (each actor is a "
+                       "process stepping its own environments; more only wait for a core; a Ray cluster, "
+                       "--ray-address, holds more)" if self.ray_address is None else "on a Ray cluster"))
         if self.max_lag is not None:
             floor = self.actors * self.resolved_in_flight - 1
             cfg.require(isinstance(self.max_lag, int) and self.max_lag >= floor, "max_lag", self.max_lag,

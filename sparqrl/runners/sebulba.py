@@ -66,6 +66,10 @@ class Prepared:
         self.spec = host_spec(run.env)
         self.config = algo_config.validate(self.spec)
         self.al: ActorLearner = module.make_actor_learner(self.config, self.spec)
+        envs = run.seeds * self.al.num_envs
+        cfg.require(envs <= MAX_ENVS_PER_ACTOR, "num_envs", self.al.num_envs, f"gives each actor seeds x num_envs = "
+                    f"{envs:,} host environments; one actor steps at most {MAX_ENVS_PER_ACTOR:,} (each a Python object "
+                    "stepped in turn by one process); lower seeds or num_envs")
         self.T = resolve_fragment_steps(algo_name, self.al, run)
         if self.al.for_fragments is not None:
             self.al = self.al.for_fragments(self.T)
@@ -87,6 +91,8 @@ class Prepared:
 
 
 HOST_ALGORITHMS = ("dqn", "td3", "sac", "ppo", "impala")
+MAX_ENVS_PER_ACTOR = 4096
+"""Host environments (seeds x num_envs) one actor process holds and steps, checked before anything starts."""
 DEFAULT_FRAGMENT_STEPS = 10  # replay-based learners: store and learn step by step, so T only sets the batching
 
 
