@@ -49,6 +49,7 @@ BIG = "100000000000"
         (["train", "ppo", "--env", "gym:CartPole-v1", "--fragment-steps", "7"], ["fragment_steps=7", "num_steps"]),
         (["train", "ppo", "--chunks", "0"], ["chunks", "0"]),
         (["train", "ppo", "--eval-episodes", "-1"], ["eval_episodes", "-1"]),
+        (["train", "ppo", "--eval-episodes", "100000000"], ["eval_episodes", "65,536", "side by side"]),
         (["train", "ppo", "--country", "XYZ"], ["country", "XYZ"]),
         (["train", "dqn", "--env", "gym:CartPole-v1", "--actors", "0"], ["actors", "0"]),
         (["train", "dqn", "--env", "gym:CartPole-v1", "--ray-address", "auto", "--backend", "inline"],

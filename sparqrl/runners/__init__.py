@@ -13,7 +13,7 @@ from sparqrl.config import require
 from sparqrl.envs import is_host_env
 from sparqrl.runners import anakin
 from sparqrl.runners.rundir import open_run_dir
-from sparqrl.runners.run_config import RunConfig
+from sparqrl.runners.run_config import RunConfig, check_episodes
 from sparqrl.runners.session import (RunFailed, RunInterrupted, eval_summary, finished_summary, notify,
                                      use_compile_cache)
 from sparqrl.trust import NOTHING, Trust, require_trusted
@@ -62,6 +62,7 @@ def evaluate_saved(out_dir: str | Path, episodes: int | None = None, seed: int |
     rundir, algo_name, algo_config, run = open_run_dir(out_dir, "DIR", trust)
     episodes = run.eval_episodes if episodes is None else episodes
     require(episodes >= 1, "episodes", episodes, "must be >= 1")
+    check_episodes("episodes", episodes)
     runner = _host_runner() if is_host_env(run.env) else anakin
     return runner.evaluate_saved(rundir, algo_name, algo_config, run, episodes, seed)
 

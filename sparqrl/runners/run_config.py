@@ -14,6 +14,15 @@ from sparqrl.envs.custom import import_modules
 from sparqrl.telemetry.energy import validate_country
 
 MAX_SEEDS = 65_536
+MAX_EVAL_EPISODES = 65_536
+"""Evaluation episodes per seed at most: they run side by side, each holding its own environment state."""
+
+
+def check_episodes(field: str, episodes: int) -> None:
+    cfg.require(episodes <= MAX_EVAL_EPISODES, field, episodes, f"must be <= {MAX_EVAL_EPISODES:,} per seed (they "
+                "run side by side, each holding its own environment state in memory)")
+
+
 ACTORS_PER_CPU = 4
 """Actors a machine runs at most per CPU core: each is a process stepping its own environments, so more only
 wait for a core (and a million of them would fork until the machine gives out)."""
@@ -139,6 +148,7 @@ class RunConfig:
         cfg.one_of("preset", self.preset, presets.CHOICES)
         for name in ("seeds", "chunks", "eval_episodes", "checkpoint_every"):
             cfg.require(getattr(self, name) >= 1, name, getattr(self, name), "must be >= 1")
+        check_episodes("eval_episodes", self.eval_episodes)
         cfg.require(self.eval_every >= 0, "eval_every", self.eval_every, "must be >= 0")
         cfg.require(self.checkpoint_interval_s >= 0, "checkpoint_interval_s", self.checkpoint_interval_s, "must be >= 0")
         cfg.check_path("out", self.out)
