@@ -119,7 +119,7 @@ def _is_sparqrl(word: str) -> bool:
 def commands(path: Path) -> list[Command]:
     """Every `sparqrl` command in the fenced code blocks of the Markdown file `path`, in order."""
     lines = path.read_text().splitlines()
-    doc = str(path.relative_to(ROOT))
+    doc = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
     found: list[Command] = []
     i = 0
     while i < len(lines):
@@ -181,7 +181,8 @@ def _shrink_train(argv: list[str], out: str) -> list[str]:
     argv = _cap_seeds(argv)
     if "--out" not in argv:
         argv += ["--out", out]
-    return argv + ["--steps", steps, *_sets(sets), *QUIET]
+    # A host env's evaluation steps whole episodes one by one (HalfCheetah: 1000 steps each, never terminated).
+    return argv + ["--steps", steps, *_sets(sets), "--eval-episodes", "2", *QUIET]
 
 
 def _shrink_sweep(argv: list[str], out: str) -> list[str]:
@@ -201,7 +202,7 @@ def _shrink_sweep(argv: list[str], out: str) -> list[str]:
 def _shrink_meta(argv: list[str], out: str) -> list[str]:
     argv, _ = _drop(argv, "--generations")
     if "--resume" in argv:
-        return argv + ["--generations", str(GENERATIONS + 1), *QUIET]
+        return argv + ["--generations", str(GENERATIONS + 1), "--no-progress"]  # the only other flag it takes
     task = argv[1]
     for flag in ("--popsize", "--steps", "--games"):
         argv, _ = _drop(argv, flag)
@@ -252,11 +253,19 @@ class Step:
 
     command: Command
     argv: tuple[str, ...]  # shrunk
+    key: str  # equal for two steps that run the same program on the same kind of folder (`_key`)
+
+    @property
+    def writes(self) -> str | None:
+        return writes(list(self.argv))
+
+    def reads(self, folders) -> list[str]:
+        return reads(list(self.argv), list(folders))
 
 
 def _key(argv: list[str], folders: dict[str, str]) -> str:
     """What makes two shrunk commands the same: their words, with the folder a command writes left out and each
-    folder it reads replaced by the key of the command that wrote it."""
+    folder it reads replaced by the key of the command that last wrote it."""
     argv, _ = _drop(argv, "--out") if argv and argv[0] in ("train", "sweep", "meta") else (argv, None)
     words = shlex.join(argv)
     for folder in sorted(folders, key=len, reverse=True):
@@ -264,48 +273,33 @@ def _key(argv: list[str], folders: dict[str, str]) -> str:
     return words
 
 
-def plan(commands: list[Command]) -> list[list[Step]]:
-    """The chains of steps to run, each in a fresh folder: per document, the commands linked by the run folders
-    one writes and another reads, in document order. A command whose key an earlier one had is left out, unless a
-    command that runs reads the folder it writes. Raises ValueError where a command that runs reads a folder only
-    a command not in CI writes."""
-    seen: set[str] = set()
-    chains: list[list[Step]] = []
-    for doc in dict.fromkeys(command.doc for command in commands):
-        steps, keys, run, skipped_writes = [], [], [], {}
-        folders: dict[str, str] = {}  # folder -> key of its latest writer
-        for command in (c for c in commands if c.doc == doc):
-            if command.not_in_ci:
-                if folder := writes(list(command.argv)):
-                    skipped_writes[folder] = command
-                continue
-            argv = shrink(command, f"runs/ci-{command.line}")
-            for folder in reads(argv, list(skipped_writes)):
-                if folder not in folders:
-                    raise ValueError(f"{command.where}: `{command.text}` reads {folder}, which only "
-                                     f"{skipped_writes[folder].where} (not in CI) writes: mark it not in CI too")
-            key = _key(argv, folders)
-            steps.append(Step(command, tuple(argv)))
-            run.append(key not in seen)
-            seen.add(key)
-            if folder := writes(argv):
-                folders[folder] = key
-        # A command that runs needs the latest earlier writer of each folder it reads to run before it.
-        for i in reversed(range(len(steps))):
-            if run[i]:
-                for folder in reads(list(steps[i].argv), [f for s in steps[:i] if (f := writes(list(s.argv)))]):
-                    writer = max(j for j in range(i) if writes(list(steps[j].argv)) == folder)
-                    run[writer] = True
-        chains += _components([step for step, keep in zip(steps, run) if keep])
-    return chains
+def _steps(commands: list[Command]) -> list[Step]:
+    """One document's commands that run in CI, shrunk, in order. Raises ValueError where one reads a folder that
+    only a command not in CI writes."""
+    steps: list[Step] = []
+    folders: dict[str, str] = {}  # folder -> key of its latest writer
+    skipped: dict[str, Command] = {}  # folder -> the command not in CI that writes it
+    for command in commands:
+        if command.not_in_ci:
+            if folder := writes(list(command.argv)):
+                skipped[folder] = command
+            continue
+        argv = shrink(command, f"runs/ci-{command.line}")
+        for folder in reads(argv, [f for f in skipped if f not in folders]):
+            raise ValueError(f"{command.where}: `{command.text}` reads {folder}, which only "
+                             f"{skipped[folder].where} (not in CI) writes: mark it not in CI too")
+        steps.append(Step(command, tuple(argv), _key(argv, folders)))
+        if folder := writes(argv):
+            folders[folder] = steps[-1].key
+    return steps
 
 
-def _components(steps: list[Step]) -> list[list[Step]]:
-    """Steps split into chains linked by folders (one writes, a later one reads), each in document order."""
+def _chains(steps: list[Step]) -> list[list[Step]]:
+    """Steps split into chains linked by folders (one writes, a later one reads), each in the given order."""
     chain_of: dict[str, int] = {}  # folder -> chain index
     chains: list[list[Step]] = []
     for step in steps:
-        linked = sorted({chain_of[f] for f in reads(list(step.argv), list(chain_of))})
+        linked = sorted({chain_of[f] for f in step.reads(chain_of)})
         if not linked:
             chains.append([])
             linked = [len(chains) - 1]
@@ -315,7 +309,33 @@ def _components(steps: list[Step]) -> list[list[Step]]:
             chains[other] = []
             chain_of.update({f: target for f, c in chain_of.items() if c == other})
         chains[target].append(step)
-        if folder := writes(list(step.argv)):
-            chain_of[folder] = target
+        if step.writes:
+            chain_of[step.writes] = target
     order = {id(step): i for i, step in enumerate(steps)}
     return [sorted(chain, key=lambda s: order[id(s)]) for chain in chains if chain]
+
+
+def _needed(chain: list[Step], seen: set[str]) -> list[Step]:
+    """The chain without the steps whose key is in `seen`, except those that write a folder a kept step reads
+    (the latest earlier writer of each)."""
+    keep = [step.key not in seen for step in chain]
+    for i in reversed(range(len(chain))):
+        if keep[i]:
+            for folder in chain[i].reads({s.writes for s in chain[:i]} - {None}):
+                keep[max(j for j in range(i) if chain[j].writes == folder)] = True
+    return [step for step, kept in zip(chain, keep) if kept]
+
+
+def plan(commands: list[Command]) -> list[list[Step]]:
+    """The chains of steps to run, each in a fresh folder and in document order: one document's commands linked
+    by the run folders one writes and a later one reads. A step whose key another step already has is left out
+    (longer chains keep theirs first), unless a kept step of its chain reads the folder it writes."""
+    chains = [chain for doc in dict.fromkeys(c.doc for c in commands)
+              for chain in _chains(_steps([c for c in commands if c.doc == doc]))]
+    seen: set[str] = set()
+    kept: list[list[Step]] = []
+    for chain in sorted(chains, key=len, reverse=True):
+        kept += _chains(_needed(chain, seen))
+        seen |= {step.key for step in chain}
+    position = {command: i for i, command in enumerate(commands)}
+    return sorted(kept, key=lambda chain: position[chain[0].command])

@@ -36,11 +36,22 @@ import doc_commands
 from conftest import RAY_SERIAL
 
 TIMEOUT_S = 300  # one command, compilation included, on a loaded 2-core machine
+# XLA without its expensive optimization passes: compiles in about half the time; these commands must run, not
+# run fast (sparqrl adds its CPU device count to these flags).
+CHEAP_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 
 # A regular expression found in a command -> why it cannot run in CI. The docs mark the same commands.
 NOT_IN_CI = {
     r"--ray-address auto": "needs a running Ray cluster",
     r"\b(ALGO|DIR|FILE)\b|\[": "a synopsis (placeholders), not a command",
+}
+
+# A regular expression found in a step of a chain -> why that chain is marked slow (each 30-120 s on 2 cores).
+SLOW = {
+    r"--env brax:": "a Brax environment compiles for a minute",
+    r"--env gym:(HalfCheetah|Hopper)": "MuJoCo stepped on the host, 1000-step episodes",
+    r"^meta (lpo|hparams|mfos|act)\b": "a meta run compiles its population's inner trainings (value-loss stays fast: "
+                                         "it covers the learned rules)",
 }
 
 MY_PACKAGE = {
@@ -80,6 +91,8 @@ def _chain_param(chain: list[doc_commands.Step]):
     marks = []
     if any(_uses_ray(step.argv) for step in chain):
         marks.append(RAY_SERIAL)
+    if any(re.search(pattern, shlex.join(step.argv)) for pattern in SLOW for step in chain):
+        marks.append(pytest.mark.slow)
     return pytest.param(chain, id=chain[0].command.where, marks=marks)
 
 
@@ -128,9 +141,55 @@ def test_documented_commands_run(chain, tmp_path, cache_home):
     (packages / "my_package").mkdir(parents=True)
     for name, text in MY_PACKAGE.items():
         (packages / "my_package" / name).write_text(text)
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache_home),
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache_home), "XLA_FLAGS": CHEAP_COMPILE,
            "PYTHONPATH": os.pathsep.join([str(packages), str(Path(__file__).parent)])}
     work = tmp_path / "work"
     work.mkdir()
     for step in chain:
         run_step(step, work, env)
+
+
+PAGE = """\
+Prose with `sparqrl train ppo` inline: not a command.
+
+```bash
+bash setup.sh && .venv/bin/sparqrl train ppo --steps 500000 --seeds 8 --out runs/a   # the quick start
+sparqrl train dqn --env CartPole-v1 \\
+    --set lr=5e-4 --out runs/b
+sparqrl eval runs/a --episodes 20 | tail -1
+sparqrl train td3 --ray-address auto --out runs/c   # on a cluster; not in CI: needs one running
+```
+
+<!-- --8<-- [start:x] -->
+<!-- not in CI: a synopsis -->
+```bash
+sparqrl eval DIR [--episodes N]
+```
+
+```python
+agent = sparqrl.load("runs/a")  # sparqrl train is not called here
+```
+
+```bash
+sparqrl train ppo --steps 100 --seeds 4 --out runs/d   # the same program as runs/a: left out
+sparqrl train ppo --seeds 2 --out runs/e
+sparqrl eval runs/e
+```
+"""
+
+
+def test_extractor_finds_commands_marks_and_chains(tmp_path):
+    """Continuations, `&&` and pipes, a path to sparqrl, both marks; runs/d duplicates runs/a and is left out, while
+    runs/e, the same program at another seed count, runs with the eval that reads it."""
+    page = tmp_path / "page.md"
+    page.write_text(PAGE)
+    found = doc_commands.commands(page)
+    assert [(c.line, c.argv[:2], c.not_in_ci) for c in found] == [
+        (4, ("train", "ppo"), None), (5, ("train", "dqn"), None), (7, ("eval", "runs/a"), None),
+        (8, ("train", "td3"), "needs one running"), (14, ("eval", "DIR"), "a synopsis"),
+        (22, ("train", "ppo"), None), (23, ("train", "ppo"), None), (24, ("eval", "runs/e"), None)]
+    assert found[1].argv == ("train", "dqn", "--env", "CartPole-v1", "--set", "lr=5e-4", "--out", "runs/b")
+    chains = [[step.command.line for step in chain] for chain in doc_commands.plan(found)]
+    assert chains == [[4, 7], [5], [23, 24]]
+    first = doc_commands.plan(found)[0][0].argv
+    assert first[first.index("--steps") + 1] == "2048" and first[first.index("--seeds") + 1] == "4"
