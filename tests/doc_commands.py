@@ -167,6 +167,12 @@ def _sets(items: list[str]) -> list[str]:
     return [word for item in items for word in ("--set", item)]
 
 
+def _budget(table: dict[str, tuple[str, list[str]]], algo: str) -> tuple[str, list[str]]:
+    if algo not in table:
+        raise ValueError(f"no CI budget for algorithm {algo!r} in tests/doc_commands.py: add one")
+    return table[algo]
+
+
 def _cap_seeds(argv: list[str]) -> list[str]:
     argv, seeds = _drop(argv, "--seeds")
     return argv + ["--seeds", str(min(int(seeds), MAX_SEEDS))] if seeds else argv
@@ -175,8 +181,7 @@ def _cap_seeds(argv: list[str]) -> list[str]:
 def _shrink_train(argv: list[str], out: str) -> list[str]:
     if "--resume" in argv:
         return argv + list(QUIET)
-    algo = argv[1]
-    steps, sets = TRAIN[algo]
+    steps, sets = _budget(TRAIN, argv[1])
     argv, _ = _drop(argv, "--steps")
     argv = _cap_seeds(argv)
     if "--out" not in argv:
@@ -188,7 +193,7 @@ def _shrink_train(argv: list[str], out: str) -> list[str]:
 def _shrink_sweep(argv: list[str], out: str) -> list[str]:
     if "--resume" in argv:
         return argv + list(QUIET)
-    steps, sets = TRAIN[argv[1]]
+    steps, sets = _budget(TRAIN, argv[1])
     argv, _ = _drop(argv, "--steps")
     argv, samples = _drop(argv, "--samples")
     argv = _cap_seeds(argv)
@@ -213,7 +218,8 @@ def _shrink_meta(argv: list[str], out: str) -> list[str]:
         _, trainer = _drop(argv, "--trainer")
         return argv + (["--games", "16"] if trainer == "ppo" else ["--popsize", "4", "--games", "8"]) + list(QUIET)
     _, algo = _drop(argv, "--algo")
-    steps, sets = META_INNER[algo or "ppo"]
+    steps, sets = _budget(META_INNER, algo or "ppo")
+    argv, _ = _drop(argv, "--seeds")
     return argv + ["--popsize", "4", "--seeds", "1", "--steps", steps, *_sets(sets), *QUIET]
 
 
