@@ -7,8 +7,8 @@ trailing shell comment (`... --out runs/i   # not in CI: needs a running Ray clu
 a line directly above its code block (`<!-- not in CI: synopses, not commands -->`: every command of the block).
 
 `shrink` keeps a command's meaning and cuts its cost: the budget flags (steps, generations, population, games,
-samples, episodes) get tiny values, the algorithm's sizes are set small with `--set`, and a command that writes a
-run without naming `--out` gets a folder of its own. Two commands whose shrunk forms are equal (the same program,
+samples, seeds above MAX_SEEDS, a run's evaluation episodes) get tiny values, the algorithm's sizes are set small
+with `--set`, and a command that writes a run without naming `--out` gets a folder of its own. Two commands whose shrunk forms are equal (the same program,
 from the same kind of folder) run once; see `plan`.
 """
 
