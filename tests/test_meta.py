@@ -197,6 +197,33 @@ def test_meta_lpo_outputs_and_killed_run_resumes_identically(capsys, tmp_path):
     print(f"\nlpo meta runs: {time.perf_counter() - start:.0f} s")
 
 
+def test_plain_meta_commands_take_their_tasks_documented_settings():
+    """What a command leaves unset is its task's own (issue 31, item 4): M-FOS ES the extortion settings (OpenES
+    sigma 0.1, lr 0.2, z-scored fitness, 32 units, one inner seed), M-FOS PPO the reference's 256 units and no
+    strategy settings, ACT sigma 0.1 and lr 0.05, LPO the preset with ranked fitness on 2 seeds; what the user
+    gives wins, and the resolved values are what the prepared config (config.json) holds."""
+    def prepared(**fields):
+        return meta_run.prepare(meta_run.MetaConfig(popsize=4, energy=False, **fields))
+
+    es = prepared(task="mfos")
+    assert (es.config.seeds, es.config.sigma, es.config.lr, es.config.fitness_shaping) == (1, 0.1, 0.2, "z_score")
+    assert es.task.inner_config.hidden == 32
+    assert meta_run.strategy_overrides(es.config) == {"fitness_shaping": "z_score", "antithetic": True, "sigma": 0.1,
+                                                      "lr": 0.2}
+    given = prepared(task="mfos", seeds=2, sigma=0.3, fitness_shaping="centered_rank", set=("hidden=8",))
+    assert (given.config.seeds, given.config.sigma, given.config.lr, given.config.fitness_shaping,
+            given.task.inner_config.hidden) == (2, 0.3, 0.2, "centered_rank", 8)
+    snes = prepared(task="mfos", strategy="snes")  # the open_es settings are not another strategy's
+    assert (snes.config.seeds, snes.config.sigma, snes.config.lr) == (1, 0.0, 0.0)
+    ppo_trainer = meta_run.prepare(meta_run.MetaConfig(task="mfos", trainer="ppo", energy=False))
+    assert ppo_trainer.task.inner_config.hidden == 256 and ppo_trainer.config.sigma == 0.0
+    act = prepared(task="act", set=("num_steps=16", "total_timesteps=256"))
+    assert (act.config.seeds, act.config.sigma, act.config.lr, act.config.fitness_shaping) == (1, 0.1, 0.05, "")
+    lpo = prepared(task="lpo", set=("num_steps=16", "total_timesteps=256"))
+    assert (lpo.config.seeds, lpo.config.sigma, lpo.config.lr) == (2, 0.0, 0.0)
+    assert meta_run.strategy_overrides(lpo.config)["fitness_shaping"] == "centered_rank"
+
+
 def test_meta_value_loss_more_generations_and_train_reads_the_result(capsys, tmp_path, cartpole):
     out = tmp_path / "vl"
     code, _, err = run_cli(capsys, *meta_argv("value-loss", out, "--generations", "1", "--fitness-shaping", "z_score"))

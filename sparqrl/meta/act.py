@@ -57,6 +57,10 @@ VICTIM_CARTPOLE = {
     "clip_eps": 0.2, "max_grad_norm": 0.5, "hidden": (32, 32), "activation": "tanh",
 }
 """ACT's CartPole victim (§3.2): the fields of `ppo.Config` it sets; the rest are PPO's defaults."""
+ES_DEFAULTS = {"seeds": 1, "sigma": 0.1, "lr": 0.05}
+"""open_es's settings for what the command leaves unset: those ANTI and PRO met their goals with on a CPU
+(population 32, 40 generations; BENCHMARKS.md, "Adversarial cheap talk"); the preset's sigma 0.04 / lr 0.01
+moved nothing in 10 generations of 32."""
 FINAL_SEEDS = 8
 """Victims trained with the final adversary and with a silent one for summary.json."""
 

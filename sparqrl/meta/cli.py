@@ -44,13 +44,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", default=None, help="open_es (default), snes, cma_es, simple_ga")
     p.add_argument("--generations", type=int, default=None, help=f"generations (default {d.generations})")
     p.add_argument("--popsize", type=int, default=None, help=f"population size (default {d.popsize}; even for open_es)")
-    p.add_argument("--seeds", type=int, default=None, help=f"inner seeds per member (default {d.seeds})")
+    p.add_argument("--seeds", type=int, default=None, help="inner seeds per member (default: 1 for mfos es and "
+                   "act, else 2)")
     p.add_argument("--steps", type=int, default=None, help="inner env steps per training (default: the inner config's)")
     p.add_argument("--fitness", default=None, help="lifetime or final (default: the task's)")
-    p.add_argument("--fitness-shaping", default=None, help="centered_rank (default) or z_score (or the strategy's others)")
+    p.add_argument("--fitness-shaping", default=None, help="centered_rank or z_score (or the strategy's others; "
+                   "default: z_score for mfos es with open_es, else centered_rank)")
     p.add_argument("--no-antithetic", action="store_true", default=None, help="no antithetic sampling (open_es)")
-    p.add_argument("--sigma", type=float, default=None, help="initial search std (default: the strategy preset)")
-    p.add_argument("--lr", type=float, default=None, help="strategy learning rate (default: the preset)")
+    p.add_argument("--sigma", type=float, default=None, help="initial search std (default with open_es: 0.1 for mfos "
+                   "es and act, else the preset's 0.04)")
+    p.add_argument("--lr", type=float, default=None, help="strategy learning rate (default with open_es: 0.2 for "
+                   "mfos es, 0.05 for act, else the preset's 0.01)")
     p.add_argument("--fields", default=None, help="hparams: fields to evolve, e.g. lr,clip_eps (default all traced)")
     p.add_argument("--game", default=None, help=f"mfos: ipd, imp or chicken (default {d.game})")
     p.add_argument("--opponent", default=None, help=f"mfos: nl, lola, br, static, or self (meta-self-play, "

@@ -7,10 +7,10 @@ and the opponent updates after every meta-step by its own rule (naive learner, L
 static). A meta-episode (100 meta-steps) is one whole learning run of the opponent
 (`sparqrl.envs.matrix.MetaGame`). Two trainers of the meta-policy:
 
-  es   the reference's mean network (state -> 256 tanh -> logits, deterministic) evolved by an evosax
-       strategy through the generic meta loop: `make_task` is the `MetaTask` 'mfos', fitness = the
-       meta-agent's mean reward per round over `games` meta-episodes (§2.5 trains it by a (1 + lambda)
-       hill-climber; OpenES is pax's choice, §2.8)
+  es   the reference's mean network (state -> tanh -> logits, deterministic; 32 units, the reference's 256 with
+       --set hidden=256) evolved by an evosax strategy through the generic meta loop: `make_task` is the
+       `MetaTask` 'mfos', fitness = the meta-agent's mean reward per round over `games` meta-episodes (§2.5
+       trains it by a (1 + lambda) hill-climber; OpenES is pax's choice, §2.8; `ES_DEFAULTS` its settings)
   ppo  the reference's PPO (§2.4, `PPOTrainer`): a Gaussian meta-policy (256 tanh, mean and
        softplus(raw) as the *variance*, the reference's quirk, or as the std with variance='std'), a
        separate 256 tanh critic, Monte-Carlo returns (gamma 0.99) normalised over the whole batch,
@@ -52,6 +52,15 @@ SELF_PLAY_COLUMNS = COLUMNS + ("agent2_return", "self_play")
 SELF_PLAY_LR = 2e-4
 """The reference's Adam learning rate of both meta-self-play agents (§2.6; 2e-3 against a fixed rule)."""
 DEFAULT_GAMES = {"es": 128, "ppo": 4096}
+DEFAULT_HIDDEN = {"es": 32, "ppo": 256}
+"""Units of the meta-policy's hidden layer per trainer when --set hidden is not given: the reference's 256 for
+PPO; 32 for ES, whose search space (a tenth of the parameters) OpenES shapes the naive learner in (BENCHMARKS.md,
+"M-FOS against a naive learner")."""
+ES_DEFAULTS = {"seeds": 1, "sigma": 0.1, "lr": 0.2, "fitness_shaping": "z_score"}
+"""--trainer es with open_es, for what the command leaves unset: the settings extortion was reached with (OpenES
+population 64 x 128 games x 48 generations: the naive learner below the NL-vs-NL -1.98 in 3 seeds of 4; the
+preset's sigma 0.04 / lr 0.01 and ranked fitness leave it above). One inner seed: a member's fitness already
+averages --games meta-episodes."""
 STATE_NAMES = ("first", "CC", "CD", "DC", "DD")
 AGENTS = ("agent1", "agent2")
 
@@ -72,6 +81,7 @@ class MfosConfig:
     rounds: int = 0
     """0: exact infinite-horizon values; N: rewards from N sampled rounds of play."""
     hidden: int = 256
+    """Units of the meta-policy's (and critic's) hidden layer; `sparqrl meta` sets DEFAULT_HIDDEN[trainer]."""
     lr: float = 2e-3
     """ppo: Adam learning rate."""
     meta_gamma: float = 0.99

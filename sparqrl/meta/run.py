@@ -79,8 +79,9 @@ class MetaConfig:
     popsize: int = 32
     """Population size (even for open_es with antithetic sampling)."""
 
-    seeds: int = 2
-    """Inner trainings (seeds) per member per generation; the member's fitness is their mean."""
+    seeds: int = 0
+    """Inner trainings (seeds) per member per generation; the member's fitness is their mean. 0: the task's own
+    (`task_defaults`: 1 for mfos es and act, else 2)."""
 
     steps: int = 0
     """Inner env steps per training (the inner config's total_timesteps); 0: the inner config's own."""
@@ -90,17 +91,19 @@ class MetaConfig:
     empty: the task's own (value-loss lifetime, the others final)."""
 
     fitness_shaping: str = ""
-    """centered_rank, z_score (or a strategy's other choices); empty: centered_rank where the strategy
-    allows it (open_es, snes, simple_ga), else its own (cma_es: weights)."""
+    """centered_rank, z_score (or a strategy's other choices); empty: the task's own with open_es (mfos es:
+    z_score), else centered_rank where the strategy allows it (open_es, snes, simple_ga), else its own (cma_es:
+    weights)."""
 
     antithetic: bool = True
     """Antithetic sampling (open_es): each perturbation is paired with its mirror; popsize must be even."""
 
     sigma: float = 0.0
-    """Initial search std; 0: the strategy's preset."""
+    """Initial search std; 0: the task's own with open_es (mfos es 0.1, act 0.1), else the strategy's preset."""
 
     lr: float = 0.0
-    """Learning rate of the strategy's mean update (open_es, snes); 0: the strategy's preset."""
+    """Learning rate of the strategy's mean update (open_es, snes); 0: the task's own with open_es (mfos es 0.2,
+    act 0.05), else the strategy's preset."""
 
     fields: str = ""
     """hparams: the traced fields to evolve, comma-separated (e.g. lr,clip_eps); empty: all of them."""
@@ -176,6 +179,24 @@ FINAL_EVALUATION = 0x7FFFFFFF
 """fold_in index of the final evaluation's key (no generation reaches it)."""
 TASK_OPTIONS = {"mfos": ("game", "opponent", "trainer", "games"), "act": ("mode", "adversary", "n_dims")}
 """Options that only one task reads: another task refuses them instead of ignoring them."""
+
+
+DEFAULT_SEEDS = 2
+"""Inner seeds per member where the task has no number of its own."""
+
+
+def task_defaults(config: MetaConfig) -> MetaConfig:
+    """`config` with what the command left unset (0 or empty) taken from its task's own settings, those its
+    documented results were reached with (`mfos.ES_DEFAULTS` for the es trainer, `act.ES_DEFAULTS`: inner seeds,
+    and open_es's sigma, lr and shaping, whose presets port other papers' runs), so the plain command reproduces
+    them. The result is what config.json records, so a resumed run keeps them whatever later defaults become."""
+    from sparqrl.meta import act, mfos
+
+    own = {"mfos": mfos.ES_DEFAULTS, "act": act.ES_DEFAULTS}.get(config.task, {})
+    if config.strategy != "open_es":
+        own = {"seeds": own["seeds"]} if "seeds" in own else {}
+    own = {"seeds": DEFAULT_SEEDS, **own}
+    return dataclasses.replace(config, **{name: value for name, value in own.items() if not getattr(config, name)})
 
 
 def strategy_overrides(config: MetaConfig) -> dict[str, Any]:
@@ -254,9 +275,9 @@ def _prepare(config: MetaConfig) -> Prepared:
         cfg.fail("strategy", config.strategy,
                  f"must be one of {', '.join(STRATEGIES)}{cfg.close_matches(config.strategy, STRATEGIES)}")
     for name in ("generations", "popsize", "seeds"):
-        value = getattr(config, name)
-        cfg.require(isinstance(value, int) and not isinstance(value, bool) and value >= 1, name, value,
-                    "must be an integer >= 1")
+        value, least = getattr(config, name), 0 if name == "seeds" else 1
+        cfg.require(isinstance(value, int) and not isinstance(value, bool) and value >= least, name, value,
+                    "must be an integer >= 0 (0: the task's own)" if least == 0 else "must be an integer >= 1")
     for name in ("popsize", "seeds"):  # before the strategy is built: some hold popsize-long arrays
         cfg.require(getattr(config, name) <= MAX_MEMBERS, name, getattr(config, name), f"must be <= {MAX_MEMBERS:,} "
                     "(each is a whole inner training per generation)")
@@ -281,10 +302,12 @@ def _prepare(config: MetaConfig) -> Prepared:
     if config.task == "act":
         from sparqrl.meta import act
 
+        config = task_defaults(config)
         inner = inner_config(config, get_algorithm("ppo"))
         task = act.make_task(config.env, config.mode, config.adversary, config.n_dims, inner, config.fitness_kind)
         strategy = make_strategy(config.strategy, config.popsize, task.init(None), **strategy_overrides(config))
         return Prepared(config=config, task=task, strategy=strategy, env=config.env)
+    config = task_defaults(config)
     module = get_algorithm(config.algo)
     inner = inner_config(config, module)
     env = make_env(config.env)
@@ -312,7 +335,7 @@ def _prepare_mfos(config: MetaConfig) -> Prepared:
         cfg.require(name not in overrides, "set", f"{name}={overrides.get(name)}", f"use --{name} instead")
     lr = {"lr": mfos.SELF_PLAY_LR} if config.opponent == mfos.SELF else {}
     inner = cfg.override(mfos.MfosConfig(game=config.game, opponent=config.opponent, trainer=config.trainer,
-                                         games=games, **lr), overrides)
+                                         games=games, hidden=mfos.DEFAULT_HIDDEN[config.trainer], **lr), overrides)
     task = mfos.make_task(inner)
     if config.trainer == "ppo":
         for name in ("seeds", "popsize"):  # one learner: a generation's steps are its --games meta-episodes
@@ -326,6 +349,7 @@ def _prepare_mfos(config: MetaConfig) -> Prepared:
         config = dataclasses.replace(config, seeds=1, popsize=1)
         strategy: Any = mfos.make_trainer(task)
     else:
+        config = task_defaults(config)
         strategy = make_strategy(config.strategy, config.popsize, task.init(None), **strategy_overrides(config))
     return Prepared(config=config, task=task, strategy=strategy, env=task.inner_config.game)
 
