@@ -81,8 +81,9 @@ def test_ppo_loss_matches_numpy():
 
 
 def test_mfos_es_shapes_a_naive_learner(capsys, tmp_path):
-    """IPD against a naive learner, OpenES population 64 (sigma 0.1, lr 0.2, z-scored fitness, as the reference's
-    evosax preset), 48 generations, 128 games per member, a 32-unit network: the reference's smoke test. The
+    """IPD against a naive learner, OpenES population 64, 48 generations, 128 games per member: the plain documented
+    command, whose defaults are sigma 0.1, lr 0.2, z-scored fitness (as the reference's evosax preset), a 32-unit
+    network and one inner seed (issue 31, item 4). The reference's smoke test. The
     evolved meta-policy earns far more than the NL-vs-NL baseline (-1.98 per round; the start is -2.46) and
     shapes its opponent below that baseline.
 
@@ -91,8 +92,7 @@ def test_mfos_es_shapes_a_naive_learner(capsys, tmp_path):
     the runs."""
     out = tmp_path / "es"
     code, text, err = run_cli(capsys, "meta", "mfos", "--game", "ipd", "--opponent", "nl", "--trainer", "es",
-                              "--popsize", "64", "--seeds", "1", "--games", "128", "--generations", "48",
-                              "--sigma", "0.1", "--lr", "0.2", "--fitness-shaping", "z_score", "--set", "hidden=32",
+                              "--popsize", "64", "--games", "128", "--generations", "48",
                               "--out", str(out), "--no-progress", "--no-energy")
     assert code == 0, err
     summary = json.loads(text)
