@@ -59,3 +59,43 @@ def train_and_evaluate(config, env, seed, num_seeds, episodes=10):
     returns = np.asarray(jax.block_until_ready(returns))
     print(f"\n{env.name}: per-seed mean returns {returns.mean(axis=1)}, {time.perf_counter() - start:.0f} s")
     return returns
+
+
+LEARNING_DEVICES = 2  # what `sparqrl train --seeds 2` makes on any CPU with 2 cores or more (sparqrl.devices)
+
+
+def train_as_users_do(out, algo, env, seeds=2, steps=None, sets=()):
+    """`sparqrl train ALGO --env ENV --seeds SEEDS` in a subprocess, the seeds spread over LEARNING_DEVICES CPU
+    devices as the command spreads them on a multi-core CPU (set here, so the layout does not depend on the CI
+    machine's cores), with the command's chunking: a learning test measures the path a user's run takes, not
+    an in-process program of its own. Returns summary.json; each seed's return is `final_return_per_seed`."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    argv = ["train", algo, "--env", env, "--seeds", str(seeds), "--out", str(out), "--no-progress", "--no-energy"]
+    argv += (["--steps", str(steps)] if steps else []) + [w for item in sets for w in ("--set", item)]
+    env_vars = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={LEARNING_DEVICES}",
+                "JAX_PLATFORMS": "cpu"}
+    start = time.perf_counter()
+    done = subprocess.run([str(Path(sys.executable).with_name("sparqrl")), *argv], env=env_vars, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((Path(out) / "summary.json").read_text())
+    print(f"\nsparqrl {' '.join(argv)}: per seed {summary['final_return_per_seed']}, "
+          f"{summary['seed_spread']}, {time.perf_counter() - start:.0f} s")
+    return summary
+
+
+def last_metric(out, name):
+    """Each seed's `name` in the last chunk's rows of a run's metrics.csv."""
+    import csv
+    from pathlib import Path
+
+    with (Path(out) / "metrics.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    last = max(int(row["chunk"]) for row in rows)
+    return [float(row[name]) for row in rows if int(row["chunk"]) == last]
