@@ -41,11 +41,14 @@ commands:
                           train every setting x --seeds in ONE compiled program (traced hyperparameters);
                           writes sweep.csv, sweep.png, best.json besides a run's files; options as train's
   sweep --resume DIR      continue an interrupted sweep
-  eval DIR [--episodes N] [--seed S] [--video OUT.mp4]
+  eval DIR [--episodes N] [--seed S] [--video OUT.mp4] [--import MODULE]
                           evaluate the saved policy of a run (deterministic episodes per seed); --video
                           records an episode of it
-  export DIR --format onnx --precision fp32|fp16|int8 [--seed N] --out policy.onnx
+  export DIR --format onnx --precision fp32|fp16|int8 [--seed N] [--import MODULE] --out policy.onnx
                           write a self-contained policy that ONNX Runtime runs (`sparqrl export --help`)
+
+A run folder is data: a module or Ray address that a folder (or a --load-config file) names is imported or
+joined only when the command names it too (--import MODULE, --env, --ray-address); see docs/security.md.
   compare DIR... [--out compare.png]
                           learning curves of several runs (or a sweep) on shared axes, and a table
   meta value-loss|lpo|hparams [options] | meta --resume DIR [--generations N]
