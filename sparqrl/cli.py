@@ -46,13 +46,13 @@ commands:
                           records an episode of it
   export DIR --format onnx --precision fp32|fp16|int8 [--seed N] [--import MODULE] --out policy.onnx
                           write a self-contained policy that ONNX Runtime runs (`sparqrl export --help`)
-
-A run folder is data: a module or Ray address that a folder (or a --load-config file) names is imported or
-joined only when the command names it too (--import MODULE, --env, --ray-address); see docs/security.md.
   compare DIR... [--out compare.png]
                           learning curves of several runs (or a sweep) on shared axes, and a table
   meta value-loss|lpo|hparams [options] | meta --resume DIR [--generations N]
                           evolve PPO's value loss / drift or an algorithm's hyperparameters (`sparqrl meta --help`)
+
+A run folder is data: a module or Ray address that a folder (or a --load-config file) names is imported or
+joined only when the command names it too (--import MODULE, --env, --ray-address); see docs/security.md.
 """
 
 
