@@ -392,9 +392,6 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
     optimizer = make_optimizer(config)
     learn_batch = make_learn_batch(config, network, optimizer, meta_params_for(config.objective, config.value_loss),
                                    unroll=cnn_kind(obs_shape, config.torso) is not None)
-    if not discrete:
-        action_low = np.asarray(spec.action_space.low, np.float32)
-        action_high = np.asarray(spec.action_space.high, np.float32)
 
     def observe(obs_stats: RunningStats | None, obs: jax.Array) -> jax.Array:
         obs = jnp.asarray(obs, jnp.float32)
