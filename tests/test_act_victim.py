@@ -77,7 +77,6 @@ def test_act_env_is_the_meta_tasks_victim_env_with_the_saved_adversary(act_run):
     obs = _reset_obs(make_env(f"act:{act_run}"))
     assert obs.shape == (4 + N_DIMS,)
     np.testing.assert_array_equal(obs, expected)
-    np.testing.assert_array_equal(obs, _reset_obs(act.fixed_adversary_env(str(act_run))))
     # the message is scale * tanh(adversary(observation)), computed here from the network itself
     _, raw = make_adversary(4, N_DIMS, KIND).apply(params, None, obs[:4])
     np.testing.assert_allclose(obs[4:], act.SCALE * np.tanh(np.asarray(raw)), rtol=1e-6, atol=1e-6)

@@ -72,7 +72,8 @@ def test_dpo_drift_defaults_and_vmap_over_hyperparameters():
 
 
 def _ppo_clip_loss(log_prob, old_log_prob, adv, eps):
-    return obj.policy_loss(lambda r, a: obj.ppo_clip_drift(r, a, eps), jnp.exp(log_prob - old_log_prob), adv)
+    drift = lambda r, a: obj.ppo_clip_drift(r, a, eps)  # noqa: E731
+    return losses.policy_loss(log_prob, old_log_prob, adv, eps, normalize=False, drift=drift)
 
 
 def test_ppo_clip_drift_is_ppo_surrogate():
@@ -115,7 +116,8 @@ def test_zero_lpo_network_is_ppo_clip(eps):
     np.testing.assert_array_equal(np.asarray(obj.lpo_drift(params, r, adv, eps)), np.asarray(obj.ppo_clip_drift(r, adv, eps)))
 
     def lpo_loss(lp):
-        return obj.policy_loss(lambda r, a: obj.lpo_drift(params, r, a, eps), jnp.exp(lp - old_log_prob), adv)
+        drift = lambda r, a: obj.lpo_drift(params, r, a, eps)  # noqa: E731
+        return losses.policy_loss(lp, old_log_prob, adv, eps, normalize=False, drift=drift)
 
     ppo_loss = lambda lp: _ppo_clip_loss(lp, old_log_prob, adv, eps)  # noqa: E731
     reference = lambda lp: losses.policy_loss(lp, old_log_prob, adv, eps, normalize=False)  # noqa: E731
@@ -153,17 +155,9 @@ def test_learned_lpo_drift_differs_but_keeps_mirror_learning_conditions():
 # ---------------------------------------------------------------------------------------- value loss
 
 
-def test_value_losses_against_numpy():
-    rng = np.random.default_rng(6)
-    pred, old, target = (rng.normal(0, 2, N).astype(np.float32) for _ in range(3))
-    np.testing.assert_allclose(
-        float(obj.l2_value_loss(jnp.asarray(pred), jnp.asarray(target))), 0.5 * np.mean((pred - target) ** 2), rtol=1e-5
-    )
-    eps = 0.2
-    clipped = old + np.clip(pred - old, -eps, eps)
-    expected = 0.5 * np.mean(np.maximum((pred - target) ** 2, (clipped - target) ** 2))
-    got = obj.clipped_value_loss(jnp.asarray(pred), jnp.asarray(old), jnp.asarray(target), eps)
-    np.testing.assert_allclose(float(got), expected, rtol=1e-5)
+def _l2_value_loss(pred, target):
+    """PPO's value_loss='l2': `losses.value_loss` unclipped (tested against NumPy in test_ppo.py)."""
+    return losses.value_loss(pred, pred, target, 0.0, clip=False)
 
 
 def test_learned_value_loss_starts_at_l2():
@@ -172,7 +166,7 @@ def test_learned_value_loss_starts_at_l2():
     rng = np.random.default_rng(7)
     pred, target = (jnp.asarray(rng.normal(0, 2, N).astype(np.float32)) for _ in range(2))
     learned = lambda p: obj.learned_value_loss(params, p, target)  # noqa: E731
-    l2 = lambda p: obj.l2_value_loss(p, target)  # noqa: E731
+    l2 = lambda p: _l2_value_loss(p, target)  # noqa: E731
     np.testing.assert_allclose(float(learned(pred)), float(l2(pred)), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(jax.grad(learned)(pred)), np.asarray(jax.grad(l2)(pred)), rtol=1e-6, atol=1e-9)
     # Non-zero meta-parameters change the loss.
@@ -194,7 +188,7 @@ def test_learned_rule_start_gives_an_evolution_strategy_a_first_order_signal(rul
     else:
         start = obj.value_loss_init()
         rule_at = lambda p: jax.grad(obj.learned_value_loss, argnums=1)(p, r, target) - jax.grad(  # noqa: E731
-            obj.l2_value_loss)(r, target)
+            _l2_value_loss)(r, target)
     np.testing.assert_array_equal(np.asarray(rule_at(start)), 0.0)
     keys = jax.random.split(jax.random.key(11), len(jax.tree.leaves(start)))
     eps = jax.tree.unflatten(jax.tree.structure(start),

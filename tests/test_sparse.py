@@ -462,7 +462,7 @@ def test_accounting_functions_on_real_masks():
         assert c.total_weights == obs * 256 + 256 * 256 + 256 * n_out and c.other == 256 + 256 + n_out
         assert c.active == c.active_weights + c.other
         assert sp.size_ratio([c], include_other=True) == pytest.approx(c.active / c.total)
-        assert sp.global_sparsity(actor_masks) == pytest.approx(c.weight_sparsity, abs=1e-6)
+        assert sp.global_sparsity(actor_masks) == pytest.approx(out["actor_sparsity"], abs=1e-6)
         dense = sp.count_params(actor)
         assert sp.size_ratio([dense]) == 1.0 and sp.inference_flops_ratio(dense) == 1.0
     # conv layers: FLOPs weighted by uses per sample

@@ -258,13 +258,6 @@ def read_fixed_adversary(run_dir: str, silent: bool = False, name: str | None = 
     return FixedAdversary(meta, env, params)
 
 
-def fixed_adversary_env(run_dir: str, silent: bool = False) -> EpisodeStats:
-    """The env the act meta run in `run_dir` trains its victims on, with its evolved adversary held fixed
-    (`silent`: message 0): EpisodeStats(CheapTalk(base env, adversary, n_dims, SCALE, kind)), as the meta
-    task's. One-line ConfigErrors as `read_fixed_adversary`'s."""
-    return read_fixed_adversary(run_dir, silent).victim_env()
-
-
 def open_env_name(name: str) -> FixedAdversary:
     """What the env name 'act:DIR[:silent][#sha256=HEX]' builds; a recorded hash must still be that of the
     folder's settings and adversary (one-line ConfigError when the folder changed since)."""

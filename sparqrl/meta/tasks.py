@@ -27,7 +27,6 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from sparqrl.algos import get_algorithm
 from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM, make_hparams_train_fn, make_train_fn, traced_fields
@@ -229,7 +228,3 @@ def default_fitness(task: str) -> str:
 def check_task(task: str) -> None:
     if task not in TASKS:
         raise ConfigError(f"task={task!r} is not allowed: must be one of {', '.join(TASKS)}{close_matches(task, TASKS)}")
-
-
-def as_numpy(tree: Any) -> Any:
-    return jax.tree.map(np.asarray, tree)

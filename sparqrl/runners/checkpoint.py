@@ -213,10 +213,3 @@ def _one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     first = text[0].split(" See full TensorStore details")[0][:160] if text else ""
     return f"{type(error).__name__}: {first}" if first else type(error).__name__
-
-
-def abstract_like(tree: Any) -> Any:
-    """ShapeDtypeStructs (with shardings where known) describing `tree`, for a restore target."""
-    return jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)), tree
-    )

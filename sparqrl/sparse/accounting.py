@@ -77,11 +77,6 @@ class ParamCount:
         """Parameters actually stored by the sparse network (active weights + other)."""
         return self.active_weights + self.other
 
-    @property
-    def weight_sparsity(self) -> float:
-        """1 - active / total over the weights (the paper's per-network sparsity)."""
-        return 1.0 - self.active_weights / max(self.total_weights, 1)
-
     def flops(self, uses: Mapping[str, int] | None = None) -> tuple[int, int]:
         """(dense, sparse) multiply-accumulates of one forward pass per sample (module docstring)."""
         uses = uses or {}

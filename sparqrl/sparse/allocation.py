@@ -83,12 +83,6 @@ class LayerAllocation:
         """N_l - int(s_l * N_l): the exact number of active weights, constant through training."""
         return self.size - self.n_zeros
 
-    @property
-    def exact_sparsity(self) -> float:
-        """n_zeros / N_l: the sparsity the mask really has."""
-        return self.n_zeros / self.size
-
-
 def uniform_sparsities(shapes: Sequence[Sequence[int]], sparsity: float) -> list[float]:
     """s_l = S for every layer."""
     check_sparsity(sparsity)

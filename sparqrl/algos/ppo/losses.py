@@ -1,4 +1,4 @@
-"""PPO math as small pure functions: GAE, the clipped surrogate, the (clipped) value loss.
+"""PPO math as small pure functions: GAE, the surrogate (clipped or with a drift), the (clipped) value loss.
 
 All functions work on any batch shape; the docstrings name the shapes PPO uses.
 """
@@ -9,6 +9,9 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+
+DriftFn = Callable[[jax.Array, jax.Array], jax.Array]
+"""f(r, Â) -> drift, elementwise, same shape as r (`sparqrl.algos.ppo.objectives`)."""
 
 
 def gae(
@@ -80,11 +83,14 @@ def policy_loss(
     advantages: jax.Array,
     clip_eps: float,
     normalize: bool = True,
+    drift: DriftFn | None = None,
 ) -> jax.Array:
-    """Clipped surrogate objective of PPO (Schulman et al. 2017, arXiv 1707.06347, eq. 7), as a loss.
+    """Clipped surrogate objective of PPO (Schulman et al. 2017, arXiv 1707.06347, eq. 7), as a loss,
+    or with `drift` the mirror-learning surrogate (Kuba et al. 2022; LPO/DPO, Lu et al. 2022, §4.1, §5.2):
 
         ρ = exp(log π(a|s) − log π_old(a|s))
-        L = −mean( min(ρ · Â, clip(ρ, 1 − ε, 1 + ε) · Â) )
+        L = −mean( min(ρ · Â, clip(ρ, 1 − ε, 1 + ε) · Â) )       drift None (clip_eps = ε)
+        L = −mean( ρ · Â − f(ρ, Â) )                              drift f (clip_eps unused)
 
     Â are the advantages normalised over the minibatch when `normalize` (PureJaxRL, CleanRL).
 
@@ -96,6 +102,8 @@ def policy_loss(
     if normalize:
         advantages = normalize_advantages(advantages)
     ratio = jnp.exp(log_prob - old_log_prob)
+    if drift is not None:
+        return -jnp.mean(ratio * advantages - drift(ratio, advantages))
     unclipped = ratio * advantages
     clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
     return -jnp.mean(jnp.minimum(unclipped, clipped))

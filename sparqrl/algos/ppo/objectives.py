@@ -1,10 +1,10 @@
 """Pluggable PPO objectives: drift functions (PPO-clip, DPO, learned LPO) and value losses (L2,
-clipped, learned), as small pure functions of the probability ratio and the advantage.
+learned), as small pure functions of the probability ratio and the advantage.
 
 Mirror-learning view (Kuba, Schroeder de Witt and Foerster 2022, arXiv 2201.02373; used by LPO/DPO,
 Lu et al. 2022, arXiv 2210.05639): a policy objective is
 
-    maximise  E[ r·Â − f(r, Â) ],     i.e.  loss = −mean(r·Â − f(r, Â))          (`policy_loss`)
+    maximise  E[ r·Â − f(r, Â) ],     i.e.  loss = −mean(r·Â − f(r, Â))     (`losses.policy_loss`)
 
 with r = π_θ(a|s) / π_old(a|s) = exp(log π_θ − log π_old) and Â the advantage (normalised over the
 minibatch by the caller, reference `purejaxrl_dpo_evosax.md` §4.1). The drift f ≥ 0 penalises moving
@@ -31,12 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sparqrl.algos.ppo.losses import value_loss as _value_loss
 from sparqrl.config import ConfigError, close_matches, fail
 from sparqrl.npzsafe import Header, read_npz
-
-DriftFn = Callable[[jax.Array, jax.Array], jax.Array]
-"""f(r, Â) -> drift, elementwise, same shape as r."""
 
 DPO_ALPHA = 2.0
 """DPO's α for positive advantages (reference §4.1)."""
@@ -61,23 +57,8 @@ META_PARAMS_FILE = "best_meta_params.npz"
 
 
 # --------------------------------------------------------------------------------------------------
-# Drifts and the surrogate loss
+# Drifts (the surrogate loss they enter is `losses.policy_loss`)
 # --------------------------------------------------------------------------------------------------
-
-
-def policy_loss(drift_fn: DriftFn, r: jax.Array, advantages: jax.Array) -> jax.Array:
-    """Mirror-learning surrogate as a loss (reference §4.1, §5.2):
-
-        L = −mean( r·Â − f(r, Â) )
-
-    Args:
-      drift_fn: f(r, Â) -> drift, elementwise (e.g. `lambda r, a: dpo_drift(r, a, alpha, beta)`).
-      r: [N] probability ratios exp(log π_θ − log π_old) (keep the graph to log π_θ for gradients).
-      advantages: [N] advantages Â, already normalised over the minibatch if wanted.
-    Returns:
-      scalar loss.
-    """
-    return -jnp.mean(r * advantages - drift_fn(r, advantages))
 
 
 def ppo_clip_drift(r: jax.Array, advantages: jax.Array, eps: float | jax.Array) -> jax.Array:
@@ -86,7 +67,7 @@ def ppo_clip_drift(r: jax.Array, advantages: jax.Array, eps: float | jax.Array) 
         f(r, Â) = ReLU( (r − clip(r, 1 − ε, 1 + ε)) · Â )
 
     so that r·Â − f(r, Â) = min(r·Â, clip(r, 1 − ε, 1 + ε)·Â), PPO's clipped surrogate (Schulman et al.
-    2017, eq. 7): `policy_loss` with this drift is exactly PPO's actor loss, in value and gradient.
+    2017, eq. 7): `losses.policy_loss` with this drift is exactly PPO's actor loss, in value and gradient.
 
     Args:
       r, advantages: same shape (any); eps: the clip range ε (may be traced).
@@ -108,7 +89,7 @@ def dpo_drift(
         f(r, Â) = ReLU( log(r)·Â − β·tanh(log(r)·Â / β) )      if Â < 0
 
     with α = 2, β = 0.6 by default. DPO uses no ratio clipping: the actor loss is
-    `policy_loss(lambda r, a: dpo_drift(r, a, alpha, beta), r, Â)`.
+    `losses.policy_loss(..., drift=lambda r, a: dpo_drift(r, a, alpha, beta))`.
 
     Args:
       r: probability ratios (> 0); advantages: same shape; alpha, beta: scalars (may be traced).
@@ -207,28 +188,8 @@ def lpo_drift(
 
 
 # --------------------------------------------------------------------------------------------------
-# Value losses (reference §2.5 and §6)
+# The learned value loss (reference §6; L2 and clipped are `losses.value_loss`)
 # --------------------------------------------------------------------------------------------------
-
-
-def l2_value_loss(pred: jax.Array, target: jax.Array) -> jax.Array:
-    """0.5·mean((v − t)²) (reference §2.5 without clipping). pred, target: [N]; returns a scalar."""
-    return _value_loss(pred, pred, target, 0.0, clip=False)
-
-
-def clipped_value_loss(
-    pred: jax.Array,
-    old_pred: jax.Array,
-    target: jax.Array,
-    eps: float | jax.Array,
-) -> jax.Array:
-    """PPO's clipped value loss (reference §2.5):
-
-        0.5·mean( max((v − t)², (v_clip − t)²) ),   v_clip = v_old + clip(v − v_old, −ε, ε)
-
-    (the same ε as the policy's clip range in PureJaxRL). pred, old_pred, target: [N]; returns a scalar.
-    """
-    return _value_loss(pred, old_pred, target, eps, clip=True)
 
 
 class ValueLossParams(NamedTuple):
@@ -245,7 +206,7 @@ class ValueLossParams(NamedTuple):
 
 def value_loss_init(key: jax.Array | None = None, hidden: int = VALUE_LOSS_HIDDEN) -> ValueLossParams:
     """The L2 start of the learned value loss: random hidden layers (zero biases) and a zero output layer,
-    for which net(d) = 0 and `learned_value_loss` is `l2_value_loss` exactly. Not all zero, for the
+    for which net(d) = 0 and `learned_value_loss` is L2 (`losses.value_loss` unclipped) exactly. Not all zero, for the
     reason `lpo_init` gives: the network's change would be third order in the search's sigma. `key` is
     unused (protocol `init(key) -> genome`; the start is fixed, START_SEED)."""
     del key

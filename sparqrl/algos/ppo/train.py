@@ -23,14 +23,13 @@ from sparqrl.algos.base import (
     ActorLearner, Algorithm, Step, clipped_adam, episode_metrics, has_tracers, make_hparams_train_fn,
 )
 from sparqrl.algos.ppo.config import Config
-from sparqrl.algos.ppo.losses import LossInfo, bootstrap_values, gae, normalize_advantages, ppo_loss
+from sparqrl.algos.ppo.losses import LossInfo, bootstrap_values, gae, policy_loss, ppo_loss
 from sparqrl.algos.ppo.objectives import (
     MetaParams,
     dpo_drift,
     learned_value_loss,
     lpo_drift,
     meta_params_for,
-    policy_loss as drift_policy_loss,
     rule_kind,
 )
 from sparqrl.envs import (
@@ -94,7 +93,7 @@ class Learner(NamedTuple):
 def policy_objective_for(config: Config, meta_params: MetaParams | None = None
                          ) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None:
     """The policy loss of `config.objective` for `ppo_loss`: None for PPO-clip (its own surrogate), else
-    -mean(r * A - drift(r, A)) over minibatch-normalised advantages (`objectives.policy_loss`), with DPO's
+    -mean(r * A - drift(r, A)) over minibatch-normalised advantages (`policy_loss` with a drift), with DPO's
     drift or the LPO network of `meta_params.lpo` (PPO-clip's drift plus the network's output). meta_params:
     as `meta_params_for` resolved them (needed for 'lpo' only)."""
     kind = rule_kind(config.objective)
@@ -106,7 +105,7 @@ def policy_objective_for(config: Config, meta_params: MetaParams | None = None
         drift = lambda r, a: dpo_drift(r, a, config.dpo_alpha, config.dpo_beta)  # noqa: E731
 
     def objective(log_prob: jax.Array, old_log_prob: jax.Array, advantages: jax.Array) -> jax.Array:
-        return drift_policy_loss(drift, jnp.exp(log_prob - old_log_prob), normalize_advantages(advantages))
+        return policy_loss(log_prob, old_log_prob, advantages, config.clip_eps, drift=drift)
 
     return objective
 
