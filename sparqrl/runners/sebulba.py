@@ -60,9 +60,6 @@ class Prepared:
         module = get_algorithm(algo_name)
         run.validate()
         cfg.check_numbers(algo_config)
-        cfg.require(hasattr(module, "make_actor_learner"), "algo", algo_name,
-                    f"host environments (gym:NAME) run through the actor-learner runner, which trains "
-                    f"{', '.join(HOST_ALGORITHMS)}; {algo_name} runs on device environments (gymnax ids, brax:NAME)")
         self.spec = host_spec(run.env)
         self.config = algo_config.validate(self.spec)
         self.al: ActorLearner = module.make_actor_learner(self.config, self.spec)
@@ -90,7 +87,6 @@ class Prepared:
         self.paths = network_paths(self.al.acting, one, self.spec.observation_shape)
 
 
-HOST_ALGORITHMS = ("dqn", "td3", "sac", "ppo", "impala")
 MAX_ENVS_PER_ACTOR = 4096
 """Host environments (seeds x num_envs) one actor process holds and steps, checked before anything starts."""
 DEFAULT_FRAGMENT_STEPS = 10  # replay-based learners: store and learn step by step, so T only sets the batching
