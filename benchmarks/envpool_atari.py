@@ -1,5 +1,5 @@
 """Atari env steps/s: EnvPool (`--env-backend envpool`) against Gymnasium's vector env (the default), both
-through `gym_env.make_vec_env` with sparqrl's Atari preprocessing and training wrappers, as an actor steps them.
+through `envpool_env.make_vec_env` with sparqrl's Atari preprocessing and training wrappers, as an actor steps them.
 
 Random actions (drawn before timing), alternating rounds, the median ratio printed. EnvPool's thread pool uses
 every core; Gymnasium's `SyncVectorEnv` steps its envs one after another in this process.
@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from sparqrl.envs.gym_env import make_vec_env
+from sparqrl.envs.envpool_env import make_vec_env
 
 BACKENDS = ("gymnasium", "envpool")
 

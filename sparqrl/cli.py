@@ -6,22 +6,22 @@ dataclasses and the docstrings under their fields, so the help can never drift f
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import gc
 import io
 import json
 import sys
-import typing
 from pathlib import Path
 from typing import Annotated, Any, Generic, Sequence, TypeVar
 
 import tyro
 
 from sparqrl import config as cfg, presets
+from sparqrl.argparsing import OneLineParser, add_import_flag
 from sparqrl.algos import ALGORITHMS, get_algorithm
-from sparqrl.envs import ACT_PREFIX, resolve_env_name
+from sparqrl.envs import resolve_env_name
+from sparqrl.meta.act import ACT_PREFIX  # (importing it registers the act:DIR env with sparqrl.envs)
 from sparqrl.trust import NOTHING, Trust, named, require_trusted
 
 C = TypeVar("C")
@@ -319,22 +319,6 @@ def named_on_command(algo_name: str, argv: list[str]) -> Trust:
         return NOTHING
     typed, _ = _parse(algo_name, argv, RunConfig(), get_algorithm(algo_name).Config())
     return named(typed.imports, typed.env, typed.ray_address)
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse for the commands tyro does not parse: a bad argument is a one-line `ConfigError`."""
-
-    def error(self, message: str) -> typing.NoReturn:
-        raise cfg.ConfigError(f"{message} (see {self.prog} --help)")
-
-
-def add_import_flag(parser: argparse.ArgumentParser) -> None:
-    """`--import MODULE` (repeatable) of a command that opens a run folder: args.imports, the modules the
-    folder names that the user allows it to import (`sparqrl.trust`)."""
-    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                        help="allow importing MODULE, which the run folder names (its imports or its env's module): "
-                             "a run folder is data, so sparqrl imports what it names only when you name it too "
-                             "(repeatable)")
 
 
 def _eval(argv: list[str]) -> int:

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from sparqrl import config as cfg
+from sparqrl.argparsing import OneLineParser
 from sparqrl.runners.rundir import CONFIG, SUMMARY, is_meta_config, open_run_dir, os_reason, saved_sweep
 from sparqrl.telemetry.logger import read_metrics
 
@@ -317,8 +318,6 @@ def compare(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> li
 
 
 def run_cli(argv: list[str]) -> int:
-    from sparqrl.cli import OneLineParser
-
     parser = OneLineParser(prog="sparqrl compare", description=(
         "Learning curves (mean ± std over seeds) of runs and sweeps on shared axes, and a table of final "
         "return, env steps/s, wall time and energy."))

@@ -10,7 +10,7 @@ import pytest
 from sparqrl.algos import ppo
 from sparqrl.config import ConfigError
 from sparqrl.envs import host_spec
-from sparqrl.envs.gym_env import make_vec_env
+from sparqrl.envs.envpool_env import make_vec_env
 from sparqrl.runners import RunConfig, train
 
 pytest.importorskip("ale_py")

@@ -1,7 +1,7 @@
 """Environments: gymnax ids run on device, `brax:NAME` runs Brax on device, `gym:ID` runs
 Gymnasium on the host; a user's own runs as `gym:MODULE:ATTR` (host) or `jax:MODULE:ATTR` (device),
-see `sparqrl.envs.custom`. `act:DIR` (and `act:DIR:silent`) is the victim env of an ACT meta run in DIR
-with its evolved adversary held fixed (a silent one), see `sparqrl.meta.act`.
+see `sparqrl.envs.custom`. A name under a prefix that a package above this one owns is opened by what that
+package registers (`register_prefix`): `act:DIR` by `sparqrl.meta.act`, so `envs` imports nothing above it.
 
 `make_env(name)` returns a device `Env` wrapped with episode statistics; a host env is described by
 `host_spec(name)` and stepped by `HostVecEnv` in the actor-learner runner. An unknown name is a
@@ -13,7 +13,7 @@ below are loaded from `gym_env` on first use, so a device run starts without it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 from sparqrl.config import ConfigError, close_matches
 from sparqrl.envs.core import Box, Discrete, Env, Space, StepOut, action_dim, is_atari, is_discrete, is_host_env
@@ -21,9 +21,9 @@ from sparqrl.envs.wrappers import EpisodeStats, RunningStats, normalize, running
 
 __all__ = [
     "Box", "Discrete", "Env", "EpisodeStats", "HostSpec", "HostStep", "HostVecEnv", "RunningStats", "Space",
-    "StepOut", "action_dim", "env_names", "evaluate_host", "host_spec", "is_act_env", "is_atari", "is_discrete",
-    "is_host_env", "make_env", "normalize", "resolve_env_name", "running_stats_init", "running_stats_update",
-    "validate_env_name",
+    "EnvPrefix", "StepOut", "action_dim", "env_names", "evaluate_host", "host_spec", "is_atari", "is_discrete",
+    "is_host_env", "make_env", "normalize", "register_prefix", "resolve_env_name", "running_stats_init",
+    "running_stats_update", "validate_env_name",
 ]
 
 BRAX_NAMES = (
@@ -32,29 +32,38 @@ BRAX_NAMES = (
 )
 
 
-ACT_PREFIX = "act:"
-"""Names of ACT victim envs start with this: `act:DIR[:silent]` (`sparqrl.meta.act`, read when one is named)."""
+class EnvPrefix(NamedTuple):
+    """How the names under a prefix owned by a package above `envs` are opened: that package registers one
+    (`register_prefix`) when it is imported, and the entry points (CLI, `sparqrl.api`, export) import it."""
+
+    check: Callable[[str], Any]
+    """Raise a one-line ConfigError for a bad name (what `validate_env_name` does for the others)."""
+    make: Callable[[str], Env]
+    """The device env the name builds, with episode statistics (its checks are `check`'s)."""
+    resolve: Callable[[str], str]
+    """The name as a run records it (checked), so that it rebuilds the same env later."""
 
 
-def is_act_env(name: Any) -> bool:
-    """Whether `name` is an `act:DIR[:silent]` env (a fixed ACT adversary; no import)."""
-    return isinstance(name, str) and name.startswith(ACT_PREFIX)
+_PREFIXES: dict[str, EnvPrefix] = {}
+"""The registered prefixes and what opens their names."""
 
 
-def _act() -> Any:
-    """`sparqrl.meta.act`, imported for an `act:` name only (the meta package needs evosax)."""
-    from sparqrl.extras import need_installed
+def register_prefix(prefix: str, opener: EnvPrefix) -> None:
+    """Open every env name that starts with `prefix` with `opener` (called by the package that owns it)."""
+    _PREFIXES[prefix] = opener
 
-    need_installed("evosax", "an act:DIR environment (an ACT meta run's adversary)")
-    from sparqrl.meta import act
 
-    return act
+def _opener(name: Any) -> EnvPrefix | None:
+    """What opens `name`, if it starts with a registered prefix (no import)."""
+    matches = [opener for prefix, opener in _PREFIXES.items() if isinstance(name, str) and name.startswith(prefix)]
+    return matches[0] if matches else None
 
 
 def resolve_env_name(name: str) -> str:
-    """The name a run records for env `name`: an `act:DIR[:silent]` one resolved to its absolute folder and
-    the hash of what it builds (`sparqrl.meta.act.resolve_env_name`), checked; any other name as it is."""
-    return _act().resolve_env_name(name) if is_act_env(name) else name
+    """The name a run records for env `name`: a registered prefix's as its opener resolves it (e.g. `act:DIR`
+    to its absolute folder and the hash of what it builds), checked; any other name as it is."""
+    opener = _opener(name)
+    return name if opener is None else opener.resolve(name)
 
 
 _HOST_NAMES = ("HostSpec", "HostStep", "HostVecEnv", "evaluate_host", "gym_names", "host_spec")
@@ -86,8 +95,9 @@ def validate_env_name(name: str) -> None:
     `make_env` / `host_spec`."""
     if not isinstance(name, str):
         raise ConfigError(f"env={name!r} must be an environment name (a string)")
-    if is_act_env(name):
-        _act().open_env_name(name)  # the folder, its adversary and a recorded hash
+    opener = _opener(name)
+    if opener is not None:
+        opener.check(name)
         return
     from sparqrl.envs import custom
 
@@ -107,8 +117,9 @@ def validate_env_name(name: str) -> None:
 
 def make_env(name: str) -> Env:
     """Build the device environment `name` with episode statistics."""
-    if is_act_env(name):
-        return _act().env_from_name(name)  # (its checks are validate_env_name's)
+    opener = _opener(name)
+    if opener is not None:
+        return opener.make(name)
     validate_env_name(name)
     if is_host_env(name):
         raise ConfigError(

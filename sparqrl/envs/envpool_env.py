@@ -30,6 +30,7 @@ import numpy as np
 from sparqrl.config import ConfigError
 from sparqrl.envs import atari
 from sparqrl.envs.core import HOST_PREFIX, is_atari
+from sparqrl.envs.gym_env import HostStep, HostVecEnv, host_spec
 from sparqrl.extras import need
 
 WHAT = "env_backend=envpool"
@@ -49,16 +50,24 @@ def task_id(name: str) -> str:
     return task
 
 
+def make_vec_env(name: str, num_envs: int, training: bool = True, backend: str = "gymnasium"
+                 ) -> HostVecEnv | EnvPoolVecEnv:
+    """The actors' host envs: Gymnasium's (`HostVecEnv`) or, for Atari with `backend="envpool"`, EnvPool's
+    (`EnvPoolVecEnv`, the same interface and step contract). Here, not in `gym_env`, so that this module alone
+    knows both back-ends and neither imports the other's module back."""
+    if backend == "envpool":
+        return EnvPoolVecEnv(name, num_envs, training)
+    return HostVecEnv(name, num_envs, training)
+
+
 class EnvPoolVecEnv:
     """`num_envs` copies of an Atari game stepped by EnvPool; the interface of `gym_env.HostVecEnv`."""
 
     def __init__(self, name: str, num_envs: int, training: bool = True):
-        from sparqrl.envs.gym_env import host_spec  # the protocol's spaces, from the Gymnasium build
-
         if num_envs < 1:
             raise ConfigError(f"num_envs={num_envs!r} must be at least 1")
         self._task, self._training = task_id(name), training
-        self.spec = host_spec(name)
+        self.spec = host_spec(name)  # the protocol's spaces, from the Gymnasium build
         self.num_envs = num_envs
         self.obs_dtype = np.uint8
         self._pool: Any = None
@@ -87,8 +96,6 @@ class EnvPoolVecEnv:
 
     def step(self, actions: Any) -> Any:
         """Step every env with int actions [N]; the envs that ended are reset on this same step."""
-        from sparqrl.envs.gym_env import HostStep
-
         actions = np.asarray(actions).reshape(self.num_envs).astype(np.int32)
         obs, reward, terminated, truncated, info = self._pool.step(actions)
         terminated = np.asarray(terminated, bool)

@@ -278,16 +278,6 @@ class HostVecEnv:
         self._vec.close()
 
 
-def make_vec_env(name: str, num_envs: int, training: bool = True, backend: str = "gymnasium") -> HostVecEnv:
-    """The actors' host envs: Gymnasium's (`HostVecEnv`) or, for Atari with `backend="envpool"`, EnvPool's
-    (`sparqrl.envs.envpool_env`, the same interface and step contract)."""
-    if backend == "envpool":
-        from sparqrl.envs.envpool_env import EnvPoolVecEnv
-
-        return EnvPoolVecEnv(name, num_envs, training)  # type: ignore[return-value]
-    return HostVecEnv(name, num_envs, training)
-
-
 def evaluate_host(
     name: str, act: Callable[[np.ndarray], Any], num_episodes: int, seed: int, training: bool = False
 ) -> np.ndarray:

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from sparqrl import config as cfg
+from sparqrl.argparsing import OneLineParser, add_import_flag
 from sparqrl.export.policy import Policy, Reference, describe, load_policy, unexportable
 from sparqrl.trust import Trust, named
 
@@ -191,8 +192,6 @@ def export(run_dir: str | Path, out: str | Path, precision: str = "fp32", *, see
 
 def run_cli(argv: list[str]) -> int:
     """`sparqrl export ...`: prints the report as JSON."""
-    from sparqrl.cli import OneLineParser, add_import_flag
-
     parser = OneLineParser(prog="sparqrl export", description="Write a run's deterministic policy as a "
                            "self-contained ONNX file (runs in ONNX Runtime without sparqrl).")
     parser.add_argument("dir", help="output directory of a run")

@@ -30,7 +30,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -39,13 +39,11 @@ import numpy as np
 from sparqrl import config as cfg
 from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM, make_train_fn
 from sparqrl.algos.ppo import objectives
-from sparqrl.envs import ACT_PREFIX, cheap_talk
+from sparqrl.envs import EnvPrefix, cheap_talk, register_prefix
 from sparqrl.envs.custom import module_of
 from sparqrl.envs.wrappers import EpisodeStats
+from sparqrl.meta.config import MetaConfig
 from sparqrl.meta.tasks import FITNESS, MetaTask, final_return, lifetime_return
-
-if TYPE_CHECKING:
-    from sparqrl.meta.run import MetaConfig
 
 MODES = ("anti", "pro", "goal")
 SCALE = 2 * math.pi
@@ -163,6 +161,8 @@ def final_evaluation(train: Callable[[Any, jax.Array], dict[str, jax.Array]], ze
 # Test time: a fresh victim against a run's adversary, held fixed (`act:DIR` environments)
 # --------------------------------------------------------------------------------------------------
 
+ACT_PREFIX = "act:"
+"""Names of ACT victim envs start with this: `act:DIR[:silent]` (registered with `sparqrl.envs` below)."""
 SILENT = "silent"
 """Suffix of `act:DIR:silent`: the run's victim env with a silent adversary (zero parameters: message 0)."""
 _DIGEST = "#sha256="
@@ -216,7 +216,6 @@ def _what_is_there(data: Any) -> str:
 def read_meta_config(run_dir: str, name: str) -> MetaConfig:
     """The MetaConfig of the act meta run in `run_dir`; a one-line ConfigError naming env=`name` when the
     folder is missing, is no act meta run, or holds a damaged config.json."""
-    from sparqrl.meta.run import MetaConfig
     from sparqrl.runners.rundir import CONFIG, is_meta_config
 
     folder = Path(run_dir).expanduser()
@@ -282,3 +281,6 @@ def resolve_env_name(name: str) -> str:
     digest = open_env_name(name).digest
     suffix = f":{SILENT}" if silent else ""
     return f"{ACT_PREFIX}{os.path.abspath(os.path.expanduser(run_dir))}{suffix}{_DIGEST}{digest}"
+
+
+register_prefix(ACT_PREFIX, EnvPrefix(check=open_env_name, make=env_from_name, resolve=resolve_env_name))

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Sequence
 
 from sparqrl import config as cfg
+from sparqrl.argparsing import OneLineParser, add_import_flag
 
 DESCRIPTION = """Evolve part of a learning rule over vmapped inner trainings (evosax 0.3).
 
@@ -32,11 +32,9 @@ The best meta-parameters go to OUT/best_meta_params.npz: `sparqrl train ppo --va
 
 
 def parser() -> argparse.ArgumentParser:
-    from sparqrl.meta.run import MetaConfig
+    from sparqrl.meta.config import MetaConfig
 
     d = MetaConfig()
-    from sparqrl.cli import OneLineParser, add_import_flag
-
     p = OneLineParser(prog="sparqrl meta", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("task", nargs="?", help="value-loss, lpo, hparams, mfos or act")
     p.add_argument("--env", default=None, help=f"inner environment (default {d.env})")
@@ -80,7 +78,7 @@ def parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace):
     """The MetaConfig the parsed flags give (unset flags: the defaults)."""
-    from sparqrl.meta.run import MetaConfig
+    from sparqrl.meta.config import MetaConfig
 
     values = {}
     for name in ("env", "algo", "strategy", "generations", "popsize", "seeds", "steps", "fitness", "sigma", "lr",
@@ -135,16 +133,3 @@ def run_cli(argv: Sequence[str]) -> int:
     print(json.dumps(summary, indent=2))
     return 0
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m sparqrl.meta.cli ...`: as `sparqrl meta ...` (one-line errors, exit codes)."""
-    from sparqrl import cli
-
-    return cli.main(["meta", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    from sparqrl import signals
-
-    signals.install()
-    sys.exit(main())

@@ -28,12 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from sparqrl import quant
-from sparqrl.algos import get_algorithm
-from sparqrl.algos.base import ActorLearner, Step, observe
-from sparqrl.envs import host_spec
-from sparqrl.envs.gym_env import make_vec_env
+from sparqrl.algos.base import Step, observe
+from sparqrl.envs.envpool_env import make_vec_env
 from sparqrl.envs.custom import import_modules
-from sparqrl.runners.inference import CentralPolicy, InferenceServer, remote_act
+from sparqrl.runners.inference import CentralPolicy, InferenceServer, make_actor_learner, remote_act
 
 # Actors are CPU processes with one thread each, as ActorQ's (torch.set_num_threads(1), GPUs hidden).
 ACTOR_ENV = {
@@ -83,12 +81,8 @@ class ActorSpec(NamedTuple):
     imports: tuple[str, ...] = ()  # the run's `--import` modules: a Ray worker imports them before the env
     inference: str = "actor"  # "actor": each actor runs its copy; "central": `sparqrl.runners.inference`
     deadline_ms: float = 2.0  # central inference: the longest a batch waits for the other actors' requests
-    env_backend: str = "gymnasium"  # what steps the host envs (`gym_env.make_vec_env`)
+    env_backend: str = "gymnasium"  # what steps the host envs (`envpool_env.make_vec_env`)
 
-
-
-def make_actor_learner(algo: str, config: Any, env: str) -> ActorLearner:
-    return get_algorithm(algo).make_actor_learner(config, host_spec(env))
 
 
 class Actor:

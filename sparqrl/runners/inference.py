@@ -23,11 +23,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sparqrl.algos.base import acting_aux, forward
+from sparqrl.algos import get_algorithm
+from sparqrl.algos.base import ActorLearner, acting_aux, forward
 from sparqrl.envs import host_spec
 
 # (actor_id, obs [seeds, n, *obs], explore keys [seeds, 2], env_steps) -> (env_action, action, extra, version)
 Answer = tuple[np.ndarray, np.ndarray, Any, int]
+
+
+def make_actor_learner(algo: str, config: Any, env: str) -> ActorLearner:
+    """The learner's pure functions of `algo` for host env `env`: what an actor and the central policy act with."""
+    return get_algorithm(algo).make_actor_learner(config, host_spec(env))
 
 
 class CentralPolicy:
@@ -35,8 +41,6 @@ class CentralPolicy:
     any subset of actors are padded to all `spec.actors` (one compiled shape)."""
 
     def __init__(self, spec: Any):
-        from sparqrl.runners.actors import make_actor_learner  # (actors imports this module)
-
         al = make_actor_learner(spec.algo, spec.config, spec.env)
         acting, n, actors = al.acting, al.num_envs, spec.actors
         obs_ndim = len(host_spec(spec.env).observation_shape)

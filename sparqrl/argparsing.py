@@ -1,0 +1,25 @@
+"""The argument parser of the commands tyro does not parse (`sparqrl eval`, `export`, `compare`, `meta`), kept
+below every command that uses it so that no command module imports another."""
+
+from __future__ import annotations
+
+import argparse
+import typing
+
+from sparqrl.config import ConfigError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse for the commands tyro does not parse: a bad argument is a one-line `ConfigError`."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise ConfigError(f"{message} (see {self.prog} --help)")
+
+
+def add_import_flag(parser: argparse.ArgumentParser) -> None:
+    """`--import MODULE` (repeatable) of a command that opens a run folder: args.imports, the modules the
+    folder names that the user allows it to import (`sparqrl.trust`)."""
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="allow importing MODULE, which the run folder names (its imports or its env's module): "
+                             "a run folder is data, so sparqrl imports what it names only when you name it too "
+                             "(repeatable)")

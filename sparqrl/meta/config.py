@@ -1,0 +1,115 @@
+"""The settings of a meta run (`sparqrl meta TASK`), apart from the run itself (`sparqrl.meta.run`), so that
+what reads a meta run's folder (`sparqrl.meta.act`: an `act:DIR` env) needs neither the run nor evosax."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sparqrl.meta import tasks as meta_tasks
+
+DEFAULT_ENV = "CartPole-v1"
+
+
+@dataclasses.dataclass(frozen=True)
+class MetaConfig:
+    """`sparqrl meta TASK`: evolve part of a learning rule (or hyperparameters) over vmapped inner trainings."""
+
+    task: str = "value-loss"
+    """What to evolve: value-loss (PPO's value loss, fitness the mean return over the whole inner run), lpo
+    (PPO's drift network, fitness the final return), hparams (the traced hyperparameters of --algo), mfos
+    (an opponent-shaping meta-policy in a matrix game) or act (a cheap-talk adversary of PPO victims)."""
+
+    env: str = DEFAULT_ENV
+    """Inner environment: a gymnax id (CartPole-v1, Breakout-MinAtar, ...) or brax:NAME."""
+
+    algo: str = "ppo"
+    """Inner algorithm (hparams: ppo, dqn, td3 or sac; value-loss and lpo evolve a part of ppo)."""
+
+    strategy: str = "open_es"
+    """Evolution strategy: open_es, snes, cma_es or simple_ga (presets in `sparqrl.meta.strategies`)."""
+
+    generations: int = 16
+    """Generations (ask -> inner trainings -> tell) in the whole run."""
+
+    popsize: int = 32
+    """Population size (even for open_es with antithetic sampling)."""
+
+    seeds: int = 0
+    """Inner trainings (seeds) per member per generation; the member's fitness is their mean. 0: the task's own
+    (`task_defaults`: 1 for mfos es and act, else 2)."""
+
+    steps: int = 0
+    """Inner env steps per training (the inner config's total_timesteps); 0: the inner config's own."""
+
+    fitness: str = ""
+    """lifetime (mean return over the whole inner run) or final (mean return of the last 10 % of updates);
+    empty: the task's own (value-loss lifetime, the others final)."""
+
+    fitness_shaping: str = ""
+    """centered_rank, z_score (or a strategy's other choices); empty: the task's own with open_es (mfos es:
+    z_score), else centered_rank where the strategy allows it (open_es, snes, simple_ga), else its own (cma_es:
+    weights)."""
+
+    antithetic: bool = True
+    """Antithetic sampling (open_es): each perturbation is paired with its mirror; popsize must be even."""
+
+    sigma: float = 0.0
+    """Initial search std; 0: the task's own with open_es (mfos es 0.1, act 0.1), else the strategy's preset."""
+
+    lr: float = 0.0
+    """Learning rate of the strategy's mean update (open_es, snes); 0: the task's own with open_es (mfos es 0.2,
+    act 0.05), else the strategy's preset."""
+
+    fields: str = ""
+    """hparams: the traced fields to evolve, comma-separated (e.g. lr,clip_eps); empty: all of them."""
+
+    game: str = "ipd"
+    """mfos: the matrix game: ipd (iterated prisoner's dilemma), imp (iterated matching pennies) or chicken."""
+
+    opponent: str = "nl"
+    """mfos: the opponent's learning rule: nl (naive learner), lola, br (best response) or static; or self
+    (meta-self-play: two M-FOS PPO agents, --trainer ppo, Adam 2e-4 as the reference's)."""
+
+    trainer: str = "es"
+    """mfos: es (the meta-policy evolved by --strategy) or ppo (the reference's PPO; a generation is then one
+    meta-episode of --games games and one update)."""
+
+    games: int = 0
+    """mfos: meta-episodes played in parallel per fitness evaluation and seed (es) or per update (ppo); 0: 128
+    (es) or 4096 (ppo), the reference's."""
+
+    mode: str = "anti"
+    """act: anti (the adversary lowers the victims' return), pro (raises it) or goal (steers the cart to a goal
+    the adversary sees; CartPole-v1 only)."""
+
+    adversary: str = "lstm"
+    """act: the adversary's network: lstm (32 units, carried over the victim's lifetime: the reference's
+    train-time default) or mlp (static, 2 x 64 relu)."""
+
+    n_dims: int = 2
+    """act: the message's size (entries appended to the victim's observation)."""
+
+    seed: int = 0
+    """Seed of the whole meta run (strategy and inner trainings)."""
+
+    set: tuple[str, ...] = ()
+    """key=value overrides of the inner algorithm's config (e.g. num_envs=4)."""
+
+    out: str = "runs/meta"
+    """Output folder."""
+
+    overwrite: bool = False
+    """Replace the sparqrl run already in --out (only the files it wrote are deleted)."""
+
+    progress: bool = True
+    """Show a progress bar over generations."""
+
+    energy: bool = True
+    """Measure energy and CO2 with codecarbon's offline tracker."""
+
+    country: str = "USA"
+    """3-letter ISO code of the grid's country, for the CO2 figure."""
+
+    @property
+    def fitness_kind(self) -> str:
+        return self.fitness or meta_tasks.default_fitness(self.task)
