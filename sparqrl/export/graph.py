@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 
 from sparqrl.export.policy import Policy
+from sparqrl.nets.activations import ACTIVATIONS
 from sparqrl.quant import quantize_tensor
 
 # onnx 1.23 stamps IR 14 on new models, which ORT 1.31 refuses (it reads IR <= 13); IR 9 / opset 17
 # has every op used here (as `sparqrl.quant.forward`).
 IR_VERSION = 9
 OPSET = 17
-_ACTIVATIONS = {"relu": "Relu", "tanh": "Tanh"}
 INPUT, OUTPUT = "obs", "action"
 U8_ZERO = 128  # zero point of the uint8 weight encoding (see the module docstring)
 
@@ -100,7 +100,7 @@ class _Graph:
 
 
 def _activation(g: _Graph, activation: str, x: str) -> str:
-    return g.op(_ACTIVATIONS[activation], [x])
+    return g.op(ACTIVATIONS[activation].onnx, [x])
 
 
 def _conv(g: _Graph, policy: Policy, x: str, dtype: Any) -> str:

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": nn.tanh, "relu": nn.relu}
+from sparqrl.nets.activations import ACTIVATIONS
 
 
 def sequential_under_vmap(fn: Callable) -> Callable:
@@ -84,7 +84,7 @@ class HeadMLP(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         for width in self.hidden:
-            x = ACTIVATIONS[self.activation](init_dense(self.scheme, width, x.shape[-1])(x))
+            x = ACTIVATIONS[self.activation].jax(init_dense(self.scheme, width, x.shape[-1])(x))
         return init_dense(self.scheme, self.out, x.shape[-1])(x)
 
 
@@ -116,7 +116,7 @@ class MLP(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         x = flatten_obs(x, self.obs_ndim)
         for width in self.hidden:
-            x = ACTIVATIONS[self.activation](dense(width)(x))
+            x = ACTIVATIONS[self.activation].jax(dense(width)(x))
         return x
 
 
@@ -137,7 +137,7 @@ def conv_features(x: jax.Array, kind: str, activation: str) -> jax.Array:
     for features, kernel, stride, padding in CONV_LAYERS[kind]:
         conv = nn.Conv(features, (kernel, kernel), (stride, stride), padding=padding,
                        kernel_init=orthogonal(float(np.sqrt(2.0))))
-        x = ACTIVATIONS[activation](conv(x))
+        x = ACTIVATIONS[activation].jax(conv(x))
     return x.reshape(batch_shape + (-1,))
 
 

@@ -55,7 +55,7 @@ import numpy as np
 
 from sparqrl.config import fail, one_of, positive
 from sparqrl.extras import available, need
-from sparqrl.nets.modules import ACTIVATIONS
+from sparqrl.nets.activations import ACTIVATIONS
 from sparqrl.quant.stack import QuantizedStack, dequantize
 from sparqrl.quant.tensor import check_precision
 
@@ -67,7 +67,6 @@ Int8Kernel = Literal["auto", "u8s8", "u8u8"]
 # is all this graph needs (Relu, Tanh, Gemm and the contrib op).
 _IR_VERSION = 9
 _OPSETS = (("", 17), ("com.microsoft", 1))
-_ONNX_ACTIVATIONS = {"relu": "Relu", "tanh": "Tanh"}
 
 
 def _initializers(q: QuantizedStack, encoding: str) -> tuple[tuple[str, np.ndarray], ...]:
@@ -124,7 +123,7 @@ def _graph(int8: bool, activation: str, spec: Spec) -> bytes:
             nodes.append(helper.make_node("Gemm", [x, f"w{i}", f"b{i}"], [y]))
         x = y
         if i < n_layers - 1:
-            nodes.append(helper.make_node(_ONNX_ACTIVATIONS[activation], [x], [f"act_{i}"]))
+            nodes.append(helper.make_node(ACTIVATIONS[activation].onnx, [x], [f"act_{i}"]))
             x = f"act_{i}"
     graph = helper.make_graph(
         nodes, "dense_stack",
@@ -195,7 +194,7 @@ def _jax_forward(kernels: tuple[jax.Array, ...], biases: tuple[jax.Array, ...], 
     for i, (kernel, bias) in enumerate(zip(kernels, biases)):
         x = x @ kernel + bias
         if i < len(kernels) - 1:
-            x = ACTIVATIONS[activation](x)
+            x = ACTIVATIONS[activation].jax(x)
     return x
 
 

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from sparqrl.config import fail, one_of, require
-from sparqrl.nets.modules import ACTIVATIONS
+from sparqrl.nets.activations import ACTIVATIONS
 from sparqrl.quant.tensor import (
     FLOAT_DTYPES,
     Granularity,
@@ -56,10 +56,6 @@ class QuantizedStack(NamedTuple):
     biases: tuple[np.ndarray, ...]  # float32 [out]
 
 
-def _act_np(activation: str, x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, 0) if activation == "relu" else np.tanh(x)
-
-
 def apply_stack(stack: DenseStack, obs: np.ndarray) -> np.ndarray:
     """NumPy forward pass: obs [B, d] -> [B, out], in float64 (a reference, not a fast path)."""
     x = np.asarray(obs, np.float64)
@@ -67,7 +63,7 @@ def apply_stack(stack: DenseStack, obs: np.ndarray) -> np.ndarray:
     for i, (kernel, bias) in enumerate(zip(stack.kernels, stack.biases)):
         x = x @ kernel.astype(np.float64) + bias
         if i < last:
-            x = _act_np(stack.activation, x)
+            x = ACTIVATIONS[stack.activation].numpy(x)
     return x
 
 
@@ -209,7 +205,7 @@ def stack_paths(
             f"{rule}; its first Dense layer {path_str(first.path)} does not take the flattened "
             + ("observation" if features is None else "output of its convolutions"))
     for prev, layer in zip(selected, selected[1:]):
-        require(_close(layer.x, _act_np(activation, prev.y)), field, name,
+        require(_close(layer.x, ACTIVATIONS[activation].numpy(prev.y)), field, name,
                 f"{rule}; {path_str(layer.path)} does not take {activation}({path_str(prev.path)}){hint}")
     last = selected[-1]
     if auto:
