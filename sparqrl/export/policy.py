@@ -27,6 +27,7 @@ from typing import Any, Callable, NamedTuple, NoReturn
 import numpy as np
 
 from sparqrl import config as cfg
+from sparqrl.algos import get_algorithm
 from sparqrl.quant import DenseStack
 
 
@@ -127,57 +128,64 @@ def _torso(params: Any, conv: bool, activation: str, what: str) -> tuple[ConvLay
     return conv_layer, [k for k, _ in layers], [b for _, b in layers]
 
 
+def _torso_and_head(root: Any, conv: bool, activation: str, what: str) -> tuple[ConvLayer | None, DenseStack]:
+    """`_torso`, then the head Dense_0 (a QNetwork's Q head; ActorCritic's actor head, Dense_1 being its value)."""
+    conv_layer, kernels, biases = _torso(root, conv, activation, what)
+    head_kernel, head_bias = _dense(_node(root, ("Dense_0",), what))
+    return conv_layer, DenseStack(tuple(kernels) + (head_kernel,), tuple(biases) + (head_bias,), activation)
+
+
 def _box_bounds(action_space: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(action_space.low, np.float32), np.asarray(action_space.high, np.float32)
 
 
 def describe(algo: str, config: Any, obs_shape: tuple[int, ...], action_space: Any, policy_params: Any) -> Policy:
     """The `Policy` of one seed from its policy params (`Algorithm.policy(state)` on device, or
-    `ActorLearner.policy(learner)` on the host: the same trees), for the algorithm's config and env."""
+    `ActorLearner.policy(learner)` on the host: the same trees), for the algorithm's config and env.
+
+    `algo` must be registered (`sparqrl.algos.ALGORITHMS`); the network is recognised by its parameters, not
+    by a list of names, so a registered algorithm with one of the library's three policy networks exports
+    unchanged: ActorCritic with observation statistics (`algos.actor_critic.PolicyParams`: PPO, IMPALA), a
+    HeadMLP actor (TD3, SAC) or a QNetwork (DQN)."""
+    get_algorithm(algo)  # an unregistered name: one-line ConfigError listing the registered ones
     obs_shape = tuple(int(d) for d in obs_shape)
     what = f"{algo} policy"
-    if algo in ("td3", "sac"):  # the actor: HeadMLP_0 = Dense chain, then tanh (SAC: of the mean half)
-        head_mlp = _node(policy_params, ("params", "HeadMLP_0"), what)
+    if hasattr(policy_params, "obs_stats"):
+        return _actor_critic_policy(config, obs_shape, action_space, policy_params, what)
+    root = _node(policy_params, ("params",), what)
+    if "HeadMLP_0" in root:  # the actor: HeadMLP_0 = Dense chain, then tanh (SAC: of the mean half)
+        head_mlp = root["HeadMLP_0"]
         layers = [_dense(head_mlp[name]) for name in _numbered(head_mlp, "Dense")]
         stack = DenseStack(tuple(k for k, _ in layers), tuple(b for _, b in layers), config.activation)
         low, high = _box_bounds(action_space)
         take = low.shape[0]
         center, half_range = (high + low) / 2.0, (high - low) / 2.0  # as `offpolicy.loop.to_env`
         return Policy(obs_shape, None, None, stack, Head(False, take, True, center, half_range))
+    conv_layer, stack = _torso_and_head(root, len(obs_shape) == 3, config.activation, what)  # a QNetwork
+    return Policy(obs_shape, None, conv_layer, stack, Head(True))
 
-    if algo in ("ppo", "impala"):  # the same ActorCritic and PolicyParams (`algos.actor_critic`)
-        params, obs_stats = policy_params.params, policy_params.obs_stats
-        from sparqrl.nets import cnn_kind  # (flax: only when a policy is described)
 
-        kind = cnn_kind(obs_shape, config.torso)  # `nets.make_torso`'s
-        conv = kind is not None
-        if kind == "nature":
-            unexportable(what, "it runs the Nature CNN (three strided convolutions), which the exporter does not "
-                         "write yet; it writes MLP and MinAtar (one convolution) policies")
-        root = _node(params, ("params",), what)
-        conv_layer, kernels, biases = _torso(root, conv, config.activation, what)
-        head_kernel, head_bias = _dense(_node(root, ("Dense_0",), what))  # the actor's head (Dense_1: value)
-        stack = DenseStack(tuple(kernels) + (head_kernel,), tuple(biases) + (head_bias,), config.activation)
-        norm = None
-        if obs_stats is not None:
-            var = np.asarray(obs_stats.var, np.float32)
-            norm = ObsNorm(np.asarray(obs_stats.mean, np.float32), np.sqrt(var + np.float32(1e-8)), 10.0)
-        if hasattr(action_space, "n"):
-            head = Head(True)
-        else:
-            low, high = _box_bounds(action_space)
-            head = Head(False, low.shape[0], low=low, high=high)
-        return Policy(obs_shape, norm, conv_layer, stack, head)
+def _actor_critic_policy(config: Any, obs_shape: tuple[int, ...], action_space: Any, policy_params: Any,
+                         what: str) -> Policy:
+    """`describe` for an ActorCritic (`algos.actor_critic.PolicyParams`: network params, observation statistics)."""
+    params, obs_stats = policy_params.params, policy_params.obs_stats
+    from sparqrl.nets import cnn_kind  # (flax: only when a policy is described)
 
-    if algo == "dqn":
-        conv = len(obs_shape) == 3
-        root = _node(policy_params, ("params",), what)
-        conv_layer, kernels, biases = _torso(root, conv, config.activation, what)
-        head_kernel, head_bias = _dense(_node(root, ("Dense_0",), what))
-        stack = DenseStack(tuple(kernels) + (head_kernel,), tuple(biases) + (head_bias,), config.activation)
-        return Policy(obs_shape, None, conv_layer, stack, Head(True))
-
-    cfg.fail("algo", algo, "has no exporter (sparqrl export knows ppo, impala, dqn, td3 and sac)")
+    kind = cnn_kind(obs_shape, config.torso)  # `nets.make_torso`'s
+    if kind == "nature":
+        unexportable(what, "it runs the Nature CNN (three strided convolutions), which the exporter does not "
+                     "write yet; it writes MLP and MinAtar (one convolution) policies")
+    conv_layer, stack = _torso_and_head(_node(params, ("params",), what), kind is not None, config.activation, what)
+    norm = None
+    if obs_stats is not None:
+        var = np.asarray(obs_stats.var, np.float32)
+        norm = ObsNorm(np.asarray(obs_stats.mean, np.float32), np.sqrt(var + np.float32(1e-8)), 10.0)
+    if hasattr(action_space, "n"):
+        head = Head(True)
+    else:
+        low, high = _box_bounds(action_space)
+        head = Head(False, low.shape[0], low=low, high=high)
+    return Policy(obs_shape, norm, conv_layer, stack, head)
 
 
 # ---- runs on disk ---------------------------------------------------------------------------------
