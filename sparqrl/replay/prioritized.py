@@ -229,12 +229,7 @@ def make_prioritized_buffer(
 
     Defaults are Ape-X's (`uber-research/ape-x`: α = 0.6, β = 0.4, ε = 1e-6).
     """
-    require(_is_int(capacity), "capacity", capacity, "must be an int")
-    require(_is_int(batch_size), "batch_size", batch_size, "must be an int")
-    positive("capacity", capacity)
-    positive("batch_size", batch_size)
-    capacity, batch_size = int(capacity), int(batch_size)
-    require(batch_size <= capacity, "batch_size", batch_size, f"must be <= capacity ({capacity})")
+    capacity, batch_size = uniform.check_sizes(capacity, batch_size)
     require(priority_exponent >= 0, "priority_exponent", priority_exponent, "must be >= 0 (0 = uniform)")
     in_unit_interval("importance_exponent", importance_exponent)
     positive("priority_epsilon", priority_epsilon)

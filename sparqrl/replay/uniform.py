@@ -155,14 +155,21 @@ class UniformBuffer(NamedTuple):
     batch_size: int
 
 
-def make_uniform_buffer(capacity: int, batch_size: int) -> UniformBuffer:
-    """Bind and check `capacity` and `batch_size` on the host (a `ConfigError` names the bad one)."""
+def check_sizes(capacity: int, batch_size: int) -> tuple[int, int]:
+    """`capacity` and `batch_size` as Python ints, checked on the host before any tracing (a `ConfigError`
+    names the bad one): static integers > 0, batch_size <= capacity. Every buffer's factory starts here."""
     require(_is_int(capacity), "capacity", capacity, "must be an int")
     require(_is_int(batch_size), "batch_size", batch_size, "must be an int")
     positive("capacity", capacity)
     positive("batch_size", batch_size)
     capacity, batch_size = int(capacity), int(batch_size)
     require(batch_size <= capacity, "batch_size", batch_size, f"must be <= capacity ({capacity})")
+    return capacity, batch_size
+
+
+def make_uniform_buffer(capacity: int, batch_size: int) -> UniformBuffer:
+    """Bind and check `capacity` and `batch_size` on the host (`check_sizes`)."""
+    capacity, batch_size = check_sizes(capacity, batch_size)
     return UniformBuffer(
         init=lambda example_item: init(example_item, capacity),
         add=add,
