@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import json
 import math
+import numbers
 import typing
 from typing import Any, Mapping, TypeVar
 
@@ -31,15 +32,54 @@ def require(ok: bool, field: str, value: Any, allowed: str) -> None:
         fail(field, value, allowed)
 
 
+def is_int(value: Any) -> bool:
+    """An integer and not a bool: Python counts True as 1, a user never means a count by it. The one place
+    this rule is spelled (numpy's integers pass: `numbers.Integral`)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def integer(field: str, value: Any) -> None:
+    """`value` is an integer (`is_int`)."""
+    require(is_int(value), field, value, "must be an integer")
+
+
+def positive_int(field: str, value: Any) -> None:
+    """A count, size or interval: an integer > 0."""
+    integer(field, value)
+    positive(field, value)
+
+
+def check_ints(config: Any) -> None:
+    """Every field declared `int` (or `int | None`, when not None) holds an integer (`is_int`): one rule
+    for every count of every config, before its own range checks compare it."""
+    hints = field_types(type(config))
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if hints[f.name] is int or (typing.get_args(hints[f.name]) == (int, type(None)) and value is not None):
+            integer(f.name, value)
+
+
+def in_range(field: str, value: float, low: float | None = None, high: float | None = None, *,
+             open_low: bool = False, open_high: bool = False) -> None:
+    """`value` lies between `low` and `high` (None: no bound on that side), each end closed unless `open_*`;
+    the message states the interval ('must be in [0, 1)', 'must be >= 0')."""
+    above = low is None or (value > low if open_low else value >= low)
+    below = high is None or (value < high if open_high else value <= high)
+    if low is not None and high is not None:
+        allowed = f"must be in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
+    elif low is not None:
+        allowed = f"must be {'>' if open_low else '>='} {low:g}"
+    else:
+        allowed = f"must be {'<' if open_high else '<='} {high:g}"
+    require(above and below, field, value, allowed)
+
+
 def positive(field: str, value: float) -> None:
-    require(value > 0, field, value, "must be > 0")
+    in_range(field, value, 0, open_low=True)
 
 
 def in_unit_interval(field: str, value: float, *, closed_right: bool = True) -> None:
-    if closed_right:
-        require(0.0 <= value <= 1.0, field, value, "must be in [0, 1]")
-    else:
-        require(0.0 <= value < 1.0, field, value, "must be in [0, 1)")
+    in_range(field, value, 0, 1, open_high=not closed_right)
 
 
 INT32_MAX = 2**31 - 1
@@ -58,9 +98,7 @@ def check_numbers(config: Any) -> None:
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         for item in value if isinstance(value, tuple) else (value,):
-            if isinstance(item, bool):
-                continue
-            if isinstance(item, int):
+            if is_int(item):
                 require(-INT32_MAX <= item <= INT32_MAX, f.name, value,
                         f"must fit a 32-bit integer (|value| <= {INT32_MAX:,})")
             elif isinstance(item, float):
@@ -198,7 +236,7 @@ def _from_json(value: Any, annotation: Any, field: str) -> Any:
         one_of(field, value, args)
         return value
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    ok = {bool: isinstance(value, bool), int: is_number and isinstance(value, int), float: is_number,
+    ok = {bool: isinstance(value, bool), int: is_int(value), float: is_number,
           str: isinstance(value, str)}.get(annotation, True)
     require(ok, field, value, f"must be {_kind(annotation)}")
     return float(value) if annotation is float else value

@@ -411,11 +411,12 @@ def test_config_choices_match_the_library():
     from typing import get_args
 
     from sparqrl import sparse
+    from sparqrl.algos import config as algo_config
     from sparqrl.algos.offpolicy import config as oc
     from sparqrl.nets.modules import ACTIVATIONS
     from sparqrl.replay import dynamic
 
-    assert set(get_args(oc.Activation)) <= set(ACTIVATIONS)
+    assert set(get_args(algo_config.Activation)) <= set(ACTIVATIONS)
     assert get_args(oc.ShrinkRule) == get_args(dynamic.ShrinkRule)
     assert get_args(oc.Distance) == get_args(dynamic.Distance)
     assert get_args(oc.Allocation) == sparse.ALLOCATIONS

@@ -70,14 +70,20 @@ class MfosConfig:
     """The meta-game and the M-FOS trainer (recorded as the run's inner config)."""
 
     game: str = "ipd"
+    """The matrix game: ipd (iterated prisoner's dilemma), imp (iterated matching pennies) or chicken."""
     opponent: str = "nl"
+    """The opponent's learning rule: nl (naive learner), lola, br (best response) or static; or self
+    (meta-self-play: two M-FOS PPO agents, trainer ppo)."""
     trainer: str = "es"
+    """es (the meta-policy's mean network evolved by the meta loop's strategy) or ppo (`PPOTrainer`)."""
     games: int = 128
     """Meta-episodes played in parallel: per fitness evaluation and inner seed (es), per update (ppo)."""
     meta_steps: int = 100
+    """Meta-steps (whole inner games, each followed by the opponent's update) per meta-episode."""
     gamma: float = 0.96
     """Inner discount of the exact game values."""
     opponent_lr: float = 1.0
+    """Step size of the opponent's learning rule (nl, lola) on its inner policy's logits."""
     rounds: int = 0
     """0: exact infinite-horizon values; N: rewards from N sampled rounds of play."""
     hidden: int = 256
@@ -85,10 +91,15 @@ class MfosConfig:
     lr: float = 2e-3
     """ppo: Adam learning rate."""
     meta_gamma: float = 0.99
+    """ppo: discount of the Monte-Carlo returns over a meta-episode's meta-steps."""
     clip_eps: float = 0.2
+    """ppo: clipping range of the probability ratio."""
     epochs: int = 4
+    """ppo: full-batch epochs per update."""
     ent_coef: float = 0.01
+    """ppo: weight of the entropy bonus in the loss."""
     vf_coef: float = 0.5
+    """ppo: weight of the critic's value loss in the loss."""
     variance: str = "softplus"
     """ppo: softplus(raw) is the Gaussian's variance (the reference's quirk) or its std ('std')."""
     eval_games: int = 1024
@@ -98,21 +109,22 @@ class MfosConfig:
     1 - lambda, else each its own naive learner (§2.6: pure self-play from meta-episode 1 / decay)."""
 
     def validate(self) -> "MfosConfig":
+        """Raise a `ConfigError` naming the field, its value and what is allowed; return self."""
         cfg.one_of("game", self.game, matrix.GAMES)
         cfg.one_of("opponent", self.opponent, matrix.OPPONENTS + (SELF,))
         cfg.one_of("trainer", self.trainer, TRAINERS)
         cfg.require(self.opponent != SELF or self.trainer == "ppo", "trainer", self.trainer,
                     "must be ppo for opponent self (meta-self-play trains two PPO agents)")
         cfg.one_of("variance", self.variance, VARIANCES)
+        cfg.check_ints(self)
         for name in ("games", "meta_steps", "hidden", "epochs", "eval_games"):
-            value = getattr(self, name)
-            cfg.require(isinstance(value, int) and value >= 1, name, value, "must be an integer >= 1")
+            cfg.positive_int(name, getattr(self, name))
         cfg.require(self.rounds >= 0, "rounds", self.rounds, "must be >= 0 (0: exact values)")
         for name in ("lr", "opponent_lr", "clip_eps"):
             cfg.positive(name, getattr(self, name))
-        cfg.require(self.self_play_decay >= 0, "self_play_decay", self.self_play_decay, "must be >= 0")
+        cfg.in_range("self_play_decay", self.self_play_decay, 0)
         for name in ("gamma", "meta_gamma"):
-            cfg.require(0.0 < getattr(self, name) < 1.0, name, getattr(self, name), "must be in (0, 1)")
+            cfg.in_range(name, getattr(self, name), 0, 1, open_low=True, open_high=True)
         cfg.check_numbers(self)
         return self
 

@@ -10,40 +10,32 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Literal, get_args
 
-from sparqrl.config import auto, fail, in_unit_interval, one_of, positive, require
+from sparqrl.algos.config import AdamConfig
+from sparqrl.config import auto, fail, in_unit_interval, one_of, positive, positive_int, require
 from sparqrl.envs import Env, is_discrete
 
-# Kept as a Literal here (not imported from sparqrl.nets) so that reading the config, e.g. for the
-# CLI's help, does not import flax and distrax. The names are keys of `sparqrl.nets.modules.ACTIVATIONS`.
-Activation = Literal["relu", "tanh"]
 Exploration = Literal["auto", "schedule", "apex"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(AdamConfig):
     """Deep Q-Network (Mnih et al. 2015), optionally Double DQN (van Hasselt et al. 2016)."""
 
     # Fields the compiled program takes as traced inputs (`algos.base`): a sweep or an evolved
     # population varies them inside one program. Every other field is static.
     TRACED: ClassVar[tuple[str, ...]] = ("lr", "epsilon_start", "epsilon_finish", "tau", "gamma")
 
-    total_timesteps: int = 500_000
-    """Environment steps to train for, summed over all parallel environments."""
-
+    # Shared fields (`sparqrl.algos.config`) with DQN's defaults; one update steps every env once.
     num_envs: int = 10
-    """Parallel environments; each update steps every one of them once."""
+    lr: float = 2.5e-4
+    anneal_lr: bool = False
+    hidden: tuple[int, ...] = (120, 84)
 
     buffer_size: int = 10_000
     """Replay buffer capacity in transitions (oldest overwritten first)."""
 
     batch_size: int = 128
     """Transitions per gradient step, drawn uniformly with replacement from the buffer."""
-
-    lr: float = 2.5e-4
-    """Adam learning rate."""
-
-    anneal_lr: bool = False
-    """Decay the learning rate linearly to 0 over the run's gradient steps."""
 
     epsilon_start: float = 1.0
     """Exploration probability at the first env step (epsilon-greedy)."""
@@ -68,17 +60,8 @@ class Config:
     train_interval: int = 10
     """Env steps between gradient steps (10 with 10 envs: one gradient step per update)."""
 
-    gamma: float = 0.99
-    """Discount factor."""
-
     double_dqn: bool = False
     """Double DQN: the online network picks the next action, the target network values it."""
-
-    hidden: tuple[int, ...] = (120, 84)
-    """Widths of the Q-network's hidden layers."""
-
-    activation: Activation = "relu"
-    """Hidden-layer activation."""
 
     max_grad_norm: float = 10.0
     """Clip gradients to this global norm; 0 turns clipping off."""
@@ -170,12 +153,10 @@ class Config:
 
     def validate(self, env: Env | None = None) -> "Config":
         """Raise a `ConfigError` naming the field, its value and what is allowed; return self."""
-        for name in (
-            "total_timesteps", "num_envs", "buffer_size", "batch_size", "lr", "target_update_interval",
-            "train_interval",
-        ) + (("epsilon_anneal_time",) if self.epsilon_anneal_time is not None else ()):
-            require(isinstance(getattr(self, name), (int, float)), name, getattr(self, name), "must be a number")
-            positive(name, getattr(self, name))
+        self.check_fields()
+        for name in ("buffer_size", "batch_size", "target_update_interval", "train_interval") + (
+                ("epsilon_anneal_time",) if self.epsilon_anneal_time is not None else ()):
+            positive_int(name, getattr(self, name))
         require(self.learning_starts is None or self.learning_starts >= 0, "learning_starts", self.learning_starts,
                 "must be >= 0 (or None: 10,000 capped at 10 % of total_timesteps)")
         require(
@@ -196,14 +177,8 @@ class Config:
         )
         in_unit_interval("epsilon_start", self.epsilon_start)
         in_unit_interval("epsilon_finish", self.epsilon_finish)
-        in_unit_interval("gamma", self.gamma)
         require(0.0 < self.tau <= 1.0, "tau", self.tau, "must be in (0, 1]")
         require(self.max_grad_norm >= 0, "max_grad_norm", self.max_grad_norm, "must be >= 0 (0 = no clipping)")
-        require(
-            len(self.hidden) > 0 and all(isinstance(w, int) and w > 0 for w in self.hidden),
-            "hidden", self.hidden, "must be a non-empty tuple of positive ints",
-        )
-        one_of("activation", self.activation, get_args(Activation))
         require(self.prioritized is None or isinstance(self.prioritized, bool), "prioritized", self.prioritized,
                 "must be true, false or None (prioritized on the actor-learner runner, uniform on device)")
         one_of("exploration", self.exploration, get_args(Exploration))

@@ -30,13 +30,12 @@ from typing import Annotated, ClassVar, Literal, get_args
 
 import tyro
 
-from sparqrl.config import auto, fail, in_unit_interval, one_of, positive, require
+from sparqrl.algos.config import AlgoConfig
+from sparqrl.config import auto, fail, in_unit_interval, one_of, positive, positive_int, require
 from sparqrl.replay.dynamic import validate_replay
 
-# The choices as Literals, so tyro's help and `--set` parsing list them; they match `nets.ACTIVATIONS`,
-# `dynamic.ShrinkRule`, `dynamic.Distance`, `sparse.ALLOCATIONS` and `sparse.INIT_METHODS` (a test
-# checks that they stay in step).
-Activation = Literal["relu", "tanh"]
+# The choices as Literals, so tyro's help and `--set` parsing list them; they match `dynamic.ShrinkRule`,
+# `dynamic.Distance`, `sparse.ALLOCATIONS` and `sparse.INIT_METHODS` (a test checks that they stay in step).
 ShrinkRule = Literal["tenth", "until_below"]
 Distance = Literal["half_mse", "l2"]
 SparseMethod = Literal["dense", "tiny", "ss", "set", "rigl", "rlx2"]
@@ -58,16 +57,14 @@ def paper_env(name: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class OffPolicyConfig:
+class OffPolicyConfig(AlgoConfig):
     """Fields common to TD3 and SAC; each algorithm's Config adds its own and its defaults."""
 
     PRESETS: ClassVar[dict[str, Preset]] = {}
 
+    # Shared fields (`sparqrl.algos.config`) with RLx2's defaults: 3e6 env steps, 1 env, 256 x 256.
     total_timesteps: int = 3_000_000
-    """Environment steps to train for, summed over all parallel environments (RLx2: 3e6)."""
-
-    num_envs: int = 1
-    """Parallel environments; each update steps every one of them once (RLx2: 1)."""
+    hidden: tuple[int, ...] = (256, 256)
 
     learning_starts: int | None = None
     """Env steps of uniform random actions before the policy acts and learning starts; None: 25,000 (RLx2's),
@@ -82,17 +79,8 @@ class OffPolicyConfig:
     critic_lr: float = 3e-4
     """Adam learning rate of the twin critic."""
 
-    gamma: float = 0.99
-    """Discount factor."""
-
     tau: float = 0.005
     """Polyak rate of the target networks."""
-
-    hidden: tuple[int, ...] = (256, 256)
-    """Widths of the hidden layers of the actor and of each critic (the dense network's; tiny narrows them)."""
-
-    activation: Activation = "relu"
-    """Hidden-layer activation."""
 
     nstep: int | None = None
     """Horizon n of the multi-step TD target once it is switched on; None: 3 with sparse=rlx2, else 1."""
@@ -213,9 +201,8 @@ class OffPolicyConfig:
 
     # ---- checks ---------------------------------------------------------------------------
 
-    def _int_fields(self) -> tuple[str, ...]:
-        return ("total_timesteps", "num_envs", "batch_size", "buffer_max_size", "buffer_min_size",
-                "buffer_check_interval", "topology_interval")
+    def _positive_ints(self) -> tuple[str, ...]:
+        return ("batch_size", "buffer_max_size", "buffer_min_size", "buffer_check_interval", "topology_interval")
 
     def _positive_numbers(self) -> tuple[str, ...]:
         return ("actor_lr", "critic_lr", "buffer_threshold")
@@ -245,18 +232,16 @@ class OffPolicyConfig:
     def validate_common(self, env_name: str) -> "OffPolicyConfig":
         """Check the shared fields (ConfigError naming field, value and what is allowed); return the
         config with nstep, dynamic_buffer and the sparsities resolved."""
-        for name in self._int_fields():
-            value = getattr(self, name)
-            require(isinstance(value, int) and not isinstance(value, bool), name, value, "must be an int")
-            positive(name, value)
+        self.check_fields()
+        for name in self._positive_ints():
+            positive_int(name, getattr(self, name))
         for name in self._positive_numbers():
             require(isinstance(getattr(self, name), (int, float)), name, getattr(self, name), "must be a number")
             positive(name, getattr(self, name))
         one_of("sparse", self.sparse, get_args(SparseMethod))
         actor_sparsity, critic_sparsity = self.resolve_sparsity(env_name)
         if self.nstep is not None:
-            require(isinstance(self.nstep, int) and not isinstance(self.nstep, bool) and self.nstep >= 1,
-                    "nstep", self.nstep, "must be an int >= 1 (or None: by the sparse method)")
+            require(self.nstep >= 1, "nstep", self.nstep, "must be an int >= 1 (or None: by the sparse method)")
         require(self.learning_starts is None or self.learning_starts >= 0, "learning_starts", self.learning_starts,
                 "must be >= 0 (or None: 25,000 capped at 10 % of total_timesteps)")
         require(
@@ -273,14 +258,8 @@ class OffPolicyConfig:
             actor_sparsity=actor_sparsity, critic_sparsity=critic_sparsity,
         )
         validate_replay(resolved)
-        in_unit_interval("gamma", self.gamma)
         require(0.0 < self.tau <= 1.0, "tau", self.tau, "must be in (0, 1]")
         in_unit_interval("nstep_delay_fraction", self.nstep_delay_fraction)
-        require(
-            len(self.hidden) > 0 and all(isinstance(w, int) and w > 0 for w in self.hidden),
-            "hidden", self.hidden, "must be a non-empty tuple of positive ints",
-        )
-        one_of("activation", self.activation, get_args(Activation))
         one_of("buffer_shrink", self.buffer_shrink, get_args(ShrinkRule))
         one_of("buffer_distance", self.buffer_distance, get_args(Distance))
         one_of("sparse_allocation", self.sparse_allocation, get_args(Allocation))

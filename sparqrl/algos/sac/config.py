@@ -80,8 +80,8 @@ class Config(OffPolicyConfig):
         """H_target for |A| = num_actions."""
         return self.target_entropy_per_dim * num_actions
 
-    def _int_fields(self) -> tuple[str, ...]:
-        return super()._int_fields() + ("actor_update_interval", "target_update_interval")
+    def _positive_ints(self) -> tuple[str, ...]:
+        return super()._positive_ints() + ("actor_update_interval", "target_update_interval")
 
     def _positive_numbers(self) -> tuple[str, ...]:
         return super()._positive_numbers() + ("alpha_lr", "init_alpha")

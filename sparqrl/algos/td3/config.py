@@ -48,8 +48,8 @@ class Config(OffPolicyConfig):
     target_noise_clip: float = 0.5
     """The smoothing noise is clipped to ± this fraction of the action half-range."""
 
-    def _int_fields(self) -> tuple[str, ...]:
-        return super()._int_fields() + ("policy_delay",)
+    def _positive_ints(self) -> tuple[str, ...]:
+        return super()._positive_ints() + ("policy_delay",)
 
     def validate(self, env) -> "Config":
         """Raise a `ConfigError` naming the field, its value and what is allowed; return the config
