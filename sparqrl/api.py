@@ -176,7 +176,7 @@ class Agent:
         return jax.tree.map(lambda x: np.asarray(x[seed]), self._params)
 
     def _check_seed(self, seed: Any) -> None:
-        cfg.require(isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < self.seeds, "seed", seed,
+        cfg.require(cfg.is_int(seed) and 0 <= seed < self.seeds, "seed", seed,
                     f"must be an integer in [0, {self.seeds}) (the run's trained policies)")
 
     def act(self, obs: Any, seed: int = 0, deterministic: bool = True, key: Any = None) -> np.ndarray:

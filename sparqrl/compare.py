@@ -161,7 +161,7 @@ def _setting_label(setting: dict[str, float]) -> str:
 
 def _optional(summary: dict[str, Any] | None, key: str) -> float | None:
     value = (summary or {}).get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return float(value) if cfg.is_number(value) else None
 
 
 def _rows(folder: _Folder, label: str, metric: str) -> list[Row]:

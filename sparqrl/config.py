@@ -38,6 +38,11 @@ def is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def is_number(value: Any) -> bool:
+    """A real number and not a bool (`numbers.Real`: Python's and numpy's ints and floats)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def integer(field: str, value: Any) -> None:
     """`value` is an integer (`is_int`)."""
     require(is_int(value), field, value, "must be an integer")
@@ -235,8 +240,7 @@ def _from_json(value: Any, annotation: Any, field: str) -> Any:
     if typing.get_origin(annotation) is typing.Literal:
         one_of(field, value, args)
         return value
-    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    ok = {bool: isinstance(value, bool), int: is_int(value), float: is_number,
+    ok = {bool: isinstance(value, bool), int: is_int(value), float: is_number(value),
           str: isinstance(value, str)}.get(annotation, True)
     require(ok, field, value, f"must be {_kind(annotation)}")
     return float(value) if annotation is float else value

@@ -33,14 +33,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import numbers
 from typing import Any, Callable, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from sparqrl.config import fail, one_of, require
+from sparqrl.config import fail, is_int, is_number, one_of, require
 from sparqrl.envs.core import Env, Space, StepOut, action_dim, is_discrete
 from sparqrl.envs.gymnax_env import gymnax, wrap_gymnax
 from sparqrl.nets.modules import sequential_under_vmap
@@ -107,7 +106,7 @@ class Adversary(NamedTuple):
 
 def _check_adversary(input_dim: int, n_dims: int, kind: str) -> None:
     for name, value, low in (("n_dims", n_dims, 1), ("adversary input size", input_dim, 1)):
-        require(isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= low,
+        require(is_int(value) and value >= low,
                 name, value, f"must be an integer >= {low}")
     one_of("kind", kind, KINDS)
 
@@ -211,7 +210,7 @@ class CheapTalk:
         shape = tuple(self.env.observation_shape)
         require(len(shape) == 1, "env", getattr(self.env, "name", self.env),
                 f"cheap talk needs flat observations [obs_dim]; this env's have shape {shape}")
-        scale_ok = isinstance(self.scale, numbers.Real) and not isinstance(self.scale, bool)
+        scale_ok = is_number(self.scale)
         require(scale_ok and math.isfinite(self.scale) and self.scale > 0, "scale", self.scale,
                 "must be a finite number > 0 (ACT: 2*pi at train time, pi at test time)")
         require(isinstance(self.include_action, bool), "include_action", self.include_action, "must be True or False")
@@ -343,7 +342,7 @@ def act_cartpole(max_steps: int = 200) -> TimeLimitIsEnd:
 
     (The reference's own CartPole tests `t >= 200` before counting the step, so its episodes can last
     201 steps; here the 200th step ends it, as in CartPole-v0.)"""
-    require(isinstance(max_steps, numbers.Integral) and not isinstance(max_steps, bool) and max_steps >= 1,
+    require(is_int(max_steps) and max_steps >= 1,
             "max_steps", max_steps, "must be an integer >= 1")
     env, params = gymnax.make("CartPole-v1")
     params = params.replace(max_steps_in_episode=int(max_steps))

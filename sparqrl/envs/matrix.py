@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sparqrl.config import in_unit_interval, one_of, require
+from sparqrl.config import in_unit_interval, is_int, one_of, require
 from sparqrl.envs.core import Box, StepOut
 
 GAMES = ("ipd", "imp", "chicken")
@@ -77,7 +77,7 @@ def get_game(name: str | Game) -> Game:
 
 def _is_count(value: object) -> bool:
     """A Python int >= 1 (not a bool): a static length."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1
+    return is_int(value) and value >= 1
 
 
 def _check_logits(game: Game, field: str, logits: jax.Array) -> jax.Array:

@@ -171,7 +171,7 @@ def _prepare(config: MetaConfig) -> Prepared:
                  f"must be one of {', '.join(STRATEGIES)}{cfg.close_matches(config.strategy, STRATEGIES)}")
     for name in ("generations", "popsize", "seeds"):
         value, least = getattr(config, name), 0 if name == "seeds" else 1
-        cfg.require(isinstance(value, int) and not isinstance(value, bool) and value >= least, name, value,
+        cfg.require(cfg.is_int(value) and value >= least, name, value,
                     "must be an integer >= 0 (0: the task's own)" if least == 0 else "must be an integer >= 1")
     for name in ("popsize", "seeds"):  # before the strategy is built: some hold popsize-long arrays
         cfg.require(getattr(config, name) <= MAX_MEMBERS, name, getattr(config, name), f"must be <= {MAX_MEMBERS:,} "

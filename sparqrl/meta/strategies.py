@@ -37,7 +37,7 @@ from evosax.core.fitness_shaping import (
 )
 from flax import struct
 
-from sparqrl.config import ConfigError, close_matches
+from sparqrl.config import ConfigError, close_matches, is_int, is_number
 
 PyTree = Any
 FitnessFn = Callable[[PyTree, jax.Array], tuple[jax.Array, PyTree]]
@@ -151,7 +151,7 @@ def _check_override(name: str, field: str, value: Any) -> None:
         if value not in _SHAPINGS_ALLOWED[name]:
             bad(f"must be one of {', '.join(_SHAPINGS_ALLOWED[name])}")
     else:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if not is_number(value) or not math.isfinite(value):
             bad("must be a finite number")
         if field in ("lr", "sigma") and value <= 0:
             bad("must be > 0")
@@ -303,7 +303,7 @@ def make_strategy(name: str, popsize: int, solution: int | PyTree, **overrides: 
             )
         _check_override(name, field, value)
     settings = {**PRESETS[name], **overrides}
-    if isinstance(popsize, bool) or not isinstance(popsize, int) or popsize < 2:
+    if not is_int(popsize) or popsize < 2:
         raise ConfigError(f"popsize={popsize!r} is not allowed: must be an integer >= 2")
     antithetic = bool(settings.get("antithetic", False))
     if name == "open_es" and popsize % 2:
@@ -314,7 +314,7 @@ def make_strategy(name: str, popsize: int, solution: int | PyTree, **overrides: 
     if settings.get("fitness_shaping") == "pair_rank" and not antithetic:
         raise ConfigError("fitness_shaping='pair_rank' is not allowed: needs antithetic=True (it ranks mirrored pairs)")
 
-    if isinstance(solution, int) and not isinstance(solution, bool):
+    if is_int(solution):
         if solution < 1:
             raise ConfigError(f"num_dims={solution!r} is not allowed: must be >= 1")
         solution = jnp.zeros((solution,), jnp.float32)

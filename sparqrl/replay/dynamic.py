@@ -35,7 +35,7 @@ from typing import Any, Callable, Literal, NamedTuple, get_args
 import jax
 import jax.numpy as jnp
 
-from sparqrl.config import in_unit_interval, one_of, positive, require
+from sparqrl.config import in_unit_interval, one_of, positive, positive_int, require
 from sparqrl.lockstep import lockstep_cond
 from sparqrl.replay.nstep import oldest_items
 from sparqrl.replay.uniform import BufferState
@@ -72,8 +72,7 @@ def make_dynamic_replay(
     """
     for name, value in (("buffer_max_size", max_size), ("buffer_min_size", min_size),
                         ("buffer_num_oldest", num_oldest), ("num_envs", streams)):
-        require(isinstance(value, int) and not isinstance(value, bool), name, value, "must be an int")
-        positive(name, value)
+        positive_int(name, value)
     require(min_size <= max_size, "buffer_min_size", min_size, f"must be <= buffer_max_size ({max_size})")
     require(max_size >= streams, "buffer_max_size", max_size, f"must be >= num_envs ({streams}): one slot per step")
     require(num_oldest <= max_size, "buffer_num_oldest", num_oldest, f"must be <= buffer_max_size ({max_size})")

@@ -44,9 +44,9 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from sparqrl.config import in_unit_interval, positive, require
+from sparqrl.config import in_unit_interval, is_int, positive, require
 from sparqrl.replay import uniform
-from sparqrl.replay.uniform import BufferState, _is_int
+from sparqrl.replay.uniform import BufferState
 
 
 @flax.struct.dataclass
@@ -183,7 +183,7 @@ def sample(
     state: PrioritizedState, key: jax.Array, batch_size: int, importance_exponent: float | jax.Array
 ) -> PrioritizedSample:
     """A prioritized batch of `batch_size` items with their slots, probabilities and IS weights."""
-    require(_is_int(batch_size) and batch_size > 0, "batch_size", batch_size, "must be an int > 0")
+    require(is_int(batch_size) and batch_size > 0, "batch_size", batch_size, "must be an int > 0")
     slots, probs = sample_slots(state, key, int(batch_size))
     return PrioritizedSample(
         items=uniform.gather(state.buffer, slots),

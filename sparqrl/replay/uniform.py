@@ -21,9 +21,8 @@ from typing import Any, Callable, NamedTuple
 import flax.struct
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from sparqrl.config import positive, require
+from sparqrl.config import is_int, positive, require
 
 
 @flax.struct.dataclass
@@ -49,17 +48,12 @@ def capacity_of(storage: Any) -> int:
     return jax.tree.leaves(storage)[0].shape[0]
 
 
-def _is_int(value: Any) -> bool:
-    """A static Python or NumPy integer (shapes must be known before tracing), not a bool."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
 def init(example_item: Any, capacity: int) -> BufferState:
     """An empty buffer for items shaped like `example_item` (one item, no batch axis).
 
     Only shapes and dtypes of `example_item` are used; the storage is zeros [capacity, *shape].
     """
-    require(_is_int(capacity) and capacity > 0, "capacity", capacity, "must be an int > 0")
+    require(is_int(capacity) and capacity > 0, "capacity", capacity, "must be an int > 0")
     capacity = int(capacity)
     leaves = jax.tree.leaves(example_item)
     require(len(leaves) > 0, "example_item", example_item, "must contain at least one array")
@@ -131,7 +125,7 @@ def sample_slots(state: BufferState, key: jax.Array, batch_size: int) -> jax.Arr
 
 def sample(state: BufferState, key: jax.Array, batch_size: int) -> Any:
     """A batch of `batch_size` items (leading [batch_size]) drawn uniformly from the filled slots."""
-    require(_is_int(batch_size) and batch_size > 0, "batch_size", batch_size, "must be an int > 0")
+    require(is_int(batch_size) and batch_size > 0, "batch_size", batch_size, "must be an int > 0")
     return gather(state, sample_slots(state, key, int(batch_size)))
 
 
@@ -158,8 +152,8 @@ class UniformBuffer(NamedTuple):
 def check_sizes(capacity: int, batch_size: int) -> tuple[int, int]:
     """`capacity` and `batch_size` as Python ints, checked on the host before any tracing (a `ConfigError`
     names the bad one): static integers > 0, batch_size <= capacity. Every buffer's factory starts here."""
-    require(_is_int(capacity), "capacity", capacity, "must be an int")
-    require(_is_int(batch_size), "batch_size", batch_size, "must be an int")
+    require(is_int(capacity), "capacity", capacity, "must be an int")
+    require(is_int(batch_size), "batch_size", batch_size, "must be an int")
     positive("capacity", capacity)
     positive("batch_size", batch_size)
     capacity, batch_size = int(capacity), int(batch_size)

@@ -273,7 +273,7 @@ def saved_sweep(path: Path) -> list[dict[str, float]] | None:
     sweep = json.loads((Path(path) / CONFIG).read_text()).get("sweep")
     well_formed = sweep is None or (isinstance(sweep, list) and sweep and all(
         isinstance(s, dict) and s.keys() == sweep[0].keys()
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in s.values()) for s in sweep))
+        and all(cfg.is_number(v) for v in s.values()) for s in sweep))
     cfg.require(well_formed, "resume", str(path), f"holds a damaged {CONFIG} (its sweep settings are not a list of "
                 "settings with the same numeric fields)")
     return sweep

@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import re
 from typing import Any, Mapping, Sequence
 
-from sparqrl.config import fail, in_unit_interval, one_of, require
+from sparqrl.config import fail, in_unit_interval, is_number, one_of, require
 from sparqrl.sparse.paths import Rule, is_dense_kernel, sparse_leaves
 
 ALLOCATIONS = ("er", "uniform")
@@ -48,7 +47,7 @@ Sparsity = float | Mapping[str, float]
 def check_sparsity(value: Any, field: str = "sparsity") -> None:
     """ConfigError unless `value` is a number in [0, 1) (1 would leave a layer without weights)."""
     require(
-        isinstance(value, numbers.Real) and not isinstance(value, bool), field, value, "must be a number in [0, 1)"
+        is_number(value), field, value, "must be a number in [0, 1)"
     )
     in_unit_interval(field, float(value), closed_right=False)
 

@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from sparqrl.config import in_unit_interval, one_of, positive, require
+from sparqrl.config import in_unit_interval, is_number, one_of, positive_int, require
 from sparqrl.lockstep import lockstep_cond
 from sparqrl.sparse.masks import MaskTree, Params, is_sparse, top_k_mask, uniform_scores
 
@@ -45,11 +44,6 @@ TOPOLOGY_METHODS = ("rigl", "set", "static")
 
 def check_method(value: Any, field: str = "method") -> None:
     one_of(field, value, TOPOLOGY_METHODS)
-
-
-def _check_int(field: str, value: Any) -> None:
-    require(isinstance(value, numbers.Integral) and not isinstance(value, bool), field, value, "must be an integer")
-    positive(field, value)
 
 
 def cosine_drop_fraction(step: jax.Array | int, zeta0: float, t_end: int) -> jax.Array:
@@ -92,9 +86,9 @@ class TopologySchedule:
 
     def __post_init__(self) -> None:
         check_method(self.method)
-        _check_int("interval", self.interval)
-        _check_int("t_end", self.t_end)
-        require(isinstance(self.zeta0, numbers.Real) and not isinstance(self.zeta0, bool), "zeta0", self.zeta0,
+        positive_int("interval", self.interval)
+        positive_int("t_end", self.t_end)
+        require(is_number(self.zeta0), "zeta0", self.zeta0,
                 "must be a number in [0, 1]")
         in_unit_interval("zeta0", float(self.zeta0))
 

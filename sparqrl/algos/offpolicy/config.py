@@ -31,7 +31,7 @@ from typing import Annotated, ClassVar, Literal, get_args
 import tyro
 
 from sparqrl.algos.config import AlgoConfig
-from sparqrl.config import auto, fail, in_unit_interval, one_of, positive, positive_int, require
+from sparqrl.config import auto, fail, in_unit_interval, is_number, one_of, positive, positive_int, require
 from sparqrl.replay.dynamic import validate_replay
 
 # The choices as Literals, so tyro's help and `--set` parsing list them; they match `dynamic.ShrinkRule`,
@@ -224,7 +224,7 @@ class OffPolicyConfig(AlgoConfig):
                     fail(name, None, f"must be given for env {env_name!r}: the paper's presets cover only "
                          f"{', '.join(sorted(self.PRESETS))} (any prefix/version); pass --{name.replace('_', '-')}")
                 value = preset[i]
-            require(isinstance(value, (int, float)) and not isinstance(value, bool), name, value, "must be a number")
+            require(is_number(value), name, value, "must be a number")
             in_unit_interval(name, value, closed_right=False)
             values.append(float(value))
         return values[0], values[1]
