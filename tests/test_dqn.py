@@ -299,20 +299,3 @@ def test_the_replay_is_never_larger_than_the_run_stores(cartpole):
     assert config.replay_capacity == 1_000 and dqn.Config().replay_capacity == 10_000
     shapes = jax.eval_shape(dqn.make_algorithm(config, cartpole).init, jax.random.key(0))
     assert shapes.learner.buffer.storage.obs.shape == (1_000, 4)
-
-
-def test_unrolled_gradient_steps_equal_the_loop():
-    """The straight-line gradient steps (a CNN learner on CPU) take exactly the due steps, with the loop's keys."""
-    from sparqrl.algos.dqn.train import _Carry, _run_gradient_steps, _zero_sums
-
-    def step(carry, context, key):  # a stand-in gradient step whose result depends on its key and context
-        drawn = jax.random.uniform(key)
-        return carry._replace(params=carry.params * context + drawn, sums=carry.sums._replace(loss=carry.sums.loss + 1))
-
-    carry = _Carry(jnp.float32(1.0), (), (), _zero_sums())
-    for num_grad in (0, 1, 2, 3):
-        run = lambda unroll: _run_gradient_steps(step, carry, jnp.float32(0.5), jnp.int32(num_grad),  # noqa: E731
-                                                 jax.random.key(4), 3, unroll)
-        loop, unrolled = jax.jit(lambda: run(False))(), jax.jit(lambda: run(True))()
-        np.testing.assert_allclose(np.asarray(unrolled.params), np.asarray(loop.params), rtol=1e-6)
-        assert float(unrolled.sums.loss) == float(loop.sums.loss) == num_grad

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import optax
 
 from sparqrl import replay
+from sparqrl.algos import replay_learner
 from sparqrl.algos.base import (
     Acting, ActorLearner, Algorithm, Step, clipped_adam, has_tracers, make_hparams_train_fn, on_device, per_step,
 )
@@ -91,30 +92,15 @@ class LearnerState(NamedTuple):
     frames: Any = None  # `replay.frames.FrameRing` of stacked-frame observations (Atari; items: FrameTransition)
 
 
-class _Sums(NamedTuple):
-    """Running sums over one update's gradient steps, for its metrics."""
-
-    loss: jax.Array  # float32 []
-    q: jax.Array  # float32 [], of the batches' mean Q(s, a)
-    td_abs: jax.Array  # float32 [], of the batches' mean |δ|
-    weight_min: jax.Array  # float32 [], smallest importance weight seen (1 without prioritized replay)
-
-
-class _Carry(NamedTuple):
-    """What the gradient steps of one update carry."""
+class Online(NamedTuple):
+    """What DQN's gradient steps change: the online Q-network and its optimizer state."""
 
     params: Any
     opt_state: optax.OptState
-    buffer: Any  # replay.BufferState (uniform) or replay.PrioritizedState
-    sums: _Sums
 
 
-class StepStats(NamedTuple):
-    """What one gradient step reports."""
-
-    loss: jax.Array  # []
-    q_mean: jax.Array  # [], mean Q(s, a) of the batch
-    td_abs: jax.Array  # [B], |Q(s, a) − y| under the parameters the step started from
+METRIC_NAMES = ("loss", "q_mean", "td_abs_mean")
+"""A gradient step's metrics: its loss, its batch's mean Q(s, a) and mean |δ| (of the replayed items)."""
 
 
 # ---- shared by both runners ----------------------------------------------------------------
@@ -191,11 +177,13 @@ def update_target(config: Config, due: jax.Array, params: Any, target_params: An
     )
 
 
-def make_gradient_step(
+def make_update(
     config: Config, network: QNetwork, optimizer: optax.GradientTransformation
-) -> Callable[[Any, optax.OptState, Any, Transition, jax.Array | None], tuple[Any, optax.OptState, StepStats]]:
-    """`step(params, opt_state, target_params, batch [B], weights [B] | None) -> (params, opt_state, stats)`:
-    one Adam step on the (importance-weighted, when `weights` is given) squared TD error."""
+) -> Callable[[Any, Online, replay_learner.Drawn, jax.Array, Any], replay_learner.Stepped]:
+    """`update(target_params, online, drawn, iteration, key) -> Stepped`: one Adam step on the
+    (importance-weighted, when `drawn.weights` is given) squared TD error of `drawn.batch` [B]
+    (`replay_learner.Replay.update` once the target parameters are bound; it draws nothing).
+    Its |δ| [B] is |Q(s, a) − y| under the parameters the step started from."""
 
     def loss_fn(
         params: Any, target_params: Any, batch: Transition, weights: jax.Array | None
@@ -209,54 +197,18 @@ def make_gradient_step(
         loss = td_loss(q_sa, target) if weights is None else weighted_td_loss(q_sa, target, weights)
         return loss, (jnp.mean(q_sa), jax.lax.stop_gradient(jnp.abs(q_sa - target)))
 
-    def step(
-        params: Any, opt_state: optax.OptState, target_params: Any, batch: Transition, weights: jax.Array | None
-    ) -> tuple[Any, optax.OptState, StepStats]:
+    def update(
+        target_params: Any, online: Online, drawn: replay_learner.Drawn, iteration: jax.Array, key: Any
+    ) -> replay_learner.Stepped:
+        del iteration, key
         value_and_grad = jax.value_and_grad(loss_fn, has_aux=True)
-        (loss, (q_mean, td_abs)), grads = value_and_grad(params, target_params, batch, weights)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, StepStats(loss, q_mean, td_abs)
+        (loss, (q_mean, td_abs)), grads = value_and_grad(online.params, target_params, drawn.batch, drawn.weights)
+        updates, opt_state = optimizer.update(grads, online.opt_state, online.params)
+        one = jnp.ones((), jnp.float32)
+        metrics = {"loss": (loss, one), "q_mean": (q_mean, one), "td_abs_mean": (jnp.mean(td_abs), one)}
+        return replay_learner.Stepped(Online(optax.apply_updates(online.params, updates), opt_state), metrics, td_abs)
 
-    return step
-
-
-def _zero_sums() -> _Sums:
-    zero = jnp.zeros((), jnp.float32)
-    return _Sums(zero, zero, zero, jnp.ones((), jnp.float32))
-
-
-def _add_stats(sums: _Sums, stats: StepStats, weights: jax.Array | None) -> _Sums:
-    weight_min = sums.weight_min if weights is None else jnp.minimum(sums.weight_min, jnp.min(weights))
-    return _Sums(sums.loss + stats.loss, sums.q + stats.q_mean, sums.td_abs + jnp.mean(stats.td_abs), weight_min)
-
-
-def _run_gradient_steps(
-    replay_step: Callable[[_Carry, Any, jax.Array], _Carry],
-    carry: _Carry,
-    context: Any,
-    num_grad: jax.Array,
-    key: jax.Array,
-    max_steps: int,
-    unroll: bool = False,
-) -> _Carry:
-    """Take `num_grad` (<= max_steps, static) gradient steps: `replay_step(carry, context, key)` with the i-th
-    of `max_steps` keys split from `key`; context: what the steps read besides the carry (the target params;
-    the host learner adds its frame ring). A loop of num_grad iterations, not a scan of gated slots: see
-    `update_target` for what a cond costs here. `unroll`: all `max_steps` steps as straight-line code, the due
-    ones kept by a select (a CNN's gradient in any loop or cond body is several times slower on XLA's CPU)."""
-    keys = jax.random.split(key, max_steps)
-    if unroll:
-        for i in range(max_steps):
-            stepped = replay_step(carry, context, keys[i])
-            carry = jax.tree.map(lambda new, old: jnp.where(i < num_grad, new, old), stepped, carry)
-        return carry
-    return jax.lax.fori_loop(0, num_grad, lambda i, c: replay_step(c, context, keys[i]), carry)
-
-
-def _means(sums: _Sums, num_grad: jax.Array) -> dict[str, jax.Array]:
-    """Means over an update's gradient steps (0 when it took none)."""
-    denom = jnp.maximum(num_grad, 1).astype(jnp.float32)
-    return {"loss": sums.loss / denom, "q_mean": sums.q / denom, "td_abs_mean": sums.td_abs / denom}
+    return update
 
 
 def _q_network(config: Config, env: Any) -> QNetwork:
@@ -332,22 +284,14 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
         config.validate(spec)
     config = config.for_runner(on_device=False)
     obs_shape = tuple(spec.observation_shape)
-    host = is_host_env(spec.name)
     stacked = is_atari(spec.name)  # frame stacks: each frame stored once (`replay.frames`)
-    if host and len(obs_shape) != 1 and not stacked:
-        fail(
-            "env", spec.name,
-            f"dqn on the actor-learner runner needs flat observations or Atari's stacked frames (its replay would "
-            f"hold every step's observation and next observation whole); env {spec.name} has observations of "
-            f"shape {obs_shape} (ppo and impala train on them)",
-        )
+    _check_observations(spec, stacked)
     num_envs, capacity = config.num_envs, config.replay_capacity
     network = _q_network(config, spec)
     optimizer = make_optimizer(config)
-    gradient_step = make_gradient_step(config, network, optimizer)
+    update = make_update(config, network, optimizer)
     grad_slots = config.max_gradient_steps_per_update
     unroll = stacked and jax.default_backend() == "cpu"  # a CNN's gradient in a loop is slow on CPU (per_step)
-    replay_step = functools.partial(_replay_step, config, gradient_step)
     epsilon = epsilon_schedule(config)
 
     def init(key: jax.Array) -> LearnerState:
@@ -375,30 +319,22 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
         env_steps_tm1, env_steps_t = learner.env_steps, learner.env_steps + num_envs
 
         learning, num_grad = gradient_steps_due(config, env_steps_tm1, env_steps_t)
-        carry = _run_gradient_steps(
-            replay_step, _Carry(learner.params, learner.opt_state, buffer, _zero_sums()),
-            (learner.target_params, learner.frames), num_grad, learn_key, grad_slots, unroll,
-        )
+        spec = _replay(config, update, learner.target_params, learner.frames)
+        start = replay_learner.start(spec, Online(learner.params, learner.opt_state), buffer, learner.gradient_steps)
+        carry = replay_learner.run(spec, start, num_grad, learn_key, grad_slots, unroll)
+        online = carry.agent
         due = target_update_due(config, learning, env_steps_tm1, env_steps_t)
-        target_params = update_target(config, due, carry.params, learner.target_params)
-        metrics = {
-            **_means(carry.sums, num_grad),  # loss, q_mean, td_abs_mean (|δ| of the replayed items)
-            "buffer_size": carry.buffer.size.astype(jnp.float32),
-            "gradient_steps": num_grad.astype(jnp.float32),  # taken in this call
-        }
-        if config.prioritized:
-            metrics["actor_priority_mean"] = jnp.mean(jnp.abs(jnp.asarray(step.priority, jnp.float32)))
-            metrics["is_weight_min"] = carry.sums.weight_min  # smallest normalised importance weight; 1 if none
-        if config.exploration == "schedule":
-            metrics["epsilon"] = jnp.asarray(epsilon(env_steps_tm1), jnp.float32)  # what this row was acted with
+        target_params = update_target(config, due, online.params, learner.target_params)
+        epsilon_tm1 = epsilon(env_steps_tm1) if config.exploration == "schedule" else None
+        metrics = _update_metrics(config, carry, num_grad, step, epsilon_tm1)
         new_learner = LearnerState(
-            params=carry.params,
+            params=online.params,
             target_params=target_params,
-            opt_state=carry.opt_state,
+            opt_state=online.opt_state,
             buffer=carry.buffer,
             key=key,
             env_steps=env_steps_t,
-            gradient_steps=learner.gradient_steps + num_grad,
+            gradient_steps=carry.gradient_steps,  # learner.gradient_steps + num_grad
             frames=learner.frames,
         )
         return new_learner, metrics
@@ -421,31 +357,65 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
     )
 
 
-def _replay_step(config: Config, gradient_step: Callable, carry: _Carry, context: tuple[Any, Any],
-                 key: jax.Array) -> _Carry:
-    """One gradient step of the learner on a batch drawn from its replay (uniform or prioritized); context:
-    (target params, the frame ring or None). With prioritized replay the drawn items get the new
-    priorities |δ| + ε_p, δ from this step's loss (before its update), as PER."""
-    target_params, ring = context
+def _check_observations(spec: Any, stacked: bool) -> None:
+    """Fail unless the replay can hold the env's observations: flat, on device, or Atari's stacked frames."""
+    obs_shape = tuple(spec.observation_shape)
+    if is_host_env(spec.name) and len(obs_shape) != 1 and not stacked:
+        fail(
+            "env", spec.name,
+            f"dqn on the actor-learner runner needs flat observations or Atari's stacked frames (its replay would "
+            f"hold every step's observation and next observation whole); env {spec.name} has observations of "
+            f"shape {obs_shape} (ppo and impala train on them)",
+        )
+
+
+def _update_metrics(config: Config, carry: replay_learner.Carry, num_grad: jax.Array, step: Step,
+                    epsilon_tm1: jax.Array | None) -> dict[str, jax.Array]:
+    """What one learner update reports: its gradient steps' means, the replay's size, and with prioritized
+    replay the actors' priorities and the smallest importance weight; `epsilon_tm1`: the epsilon this row
+    was acted with (the schedule's), else None."""
+    metrics = {
+        **replay_learner.means(carry),  # loss, q_mean, td_abs_mean (|δ| of the replayed items)
+        "buffer_size": carry.buffer.size.astype(jnp.float32),
+        "gradient_steps": num_grad.astype(jnp.float32),  # taken in this call
+    }
     if config.prioritized:
-        drawn = prioritized.sample(carry.buffer, key, config.batch_size, config.importance_exponent)
-        batch, weights = drawn.items, drawn.importance_weights
-    else:
-        batch, weights = replay.sample(carry.buffer, key, config.batch_size), None
-    if ring is not None:  # stacked frames: rebuild the observations; overwritten frames weigh 0
-        intact = frames.valid(ring, batch.frames)
-        weights = intact.astype(jnp.float32) * (1.0 if weights is None else weights)
-        k = batch.frames.shape[-1] - 1
-        batch = Transition(frames.stacks(ring, batch.frames[:, :k]), batch.action, batch.reward,
-                           frames.stacks(ring, batch.frames[:, 1:]), batch.terminated)
-    params, opt_state, stats = gradient_step(carry.params, carry.opt_state, target_params, batch, weights)
-    buffer = carry.buffer
-    if config.prioritized:
-        priority = stats.td_abs + config.priority_epsilon
-        if ring is not None:
-            priority = jnp.where(intact, priority, 0.0)  # never drawn again
-        buffer = prioritized.update_priorities(buffer, drawn.slots, priority, config.priority_exponent)
-    return _Carry(params, opt_state, buffer, _add_stats(carry.sums, stats, weights))
+        metrics["actor_priority_mean"] = jnp.mean(jnp.abs(jnp.asarray(step.priority, jnp.float32)))
+        metrics["is_weight_min"] = carry.weight_min  # smallest normalised importance weight; 1 if none
+    if epsilon_tm1 is not None:
+        metrics["epsilon"] = jnp.asarray(epsilon_tm1, jnp.float32)
+    return metrics
+
+
+def _replay(config: Config, update: Callable, target_params: Any, ring: Any) -> replay_learner.Replay:
+    """The gradient steps of one learner update (`replay_learner`): `update` (`make_update`) with the target
+    parameters of this update, drawing from the replay with the learner's frame ring (or None)."""
+    return replay_learner.Replay(
+        draw=functools.partial(_draw, config, ring),
+        update=functools.partial(update, target_params),
+        metric_names=METRIC_NAMES,
+        update_draws=False,
+        priorities=replay_learner.Priorities(config.priority_epsilon, config.priority_exponent)
+        if config.prioritized else None,
+    )
+
+
+def _draw(config: Config, ring: Any, buffer: Any, key: jax.Array, iteration: jax.Array) -> replay_learner.Drawn:
+    """A batch of Transition drawn from the replay, uniformly or prioritized (`replay_learner.draw_items`);
+    with stacked frames (`ring`: the learner's frame ring, else None) the observations are rebuilt from the
+    ring and items whose frames were overwritten weigh 0."""
+    del iteration
+    drawn = replay_learner.draw_items(buffer, key, config.batch_size,
+                                      config.importance_exponent if config.prioritized else None)
+    if ring is None:
+        return drawn
+    items = drawn.batch
+    intact = frames.valid(ring, items.frames)
+    weights = intact.astype(jnp.float32) * (1.0 if drawn.weights is None else drawn.weights)
+    k = items.frames.shape[-1] - 1
+    batch = Transition(frames.stacks(ring, items.frames[:, :k]), items.action, items.reward,
+                       frames.stacks(ring, items.frames[:, 1:]), items.terminated)
+    return replay_learner.Drawn(batch, weights, drawn.slots, intact)
 
 
 def _store(config: Config, stacked: bool, buffer: Any, step: Step) -> Any:

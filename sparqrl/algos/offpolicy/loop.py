@@ -31,13 +31,11 @@ import numpy as np
 import optax
 
 from sparqrl import replay, returns, sparse
+from sparqrl.algos import replay_learner
 from sparqrl.algos.base import Acting, ActorLearner, Step, forward, per_step
 from sparqrl.algos.offpolicy.config import TOPOLOGY, OffPolicyConfig
 from sparqrl.envs import action_dim
 from sparqrl.replay import dynamic, nstep
-
-StepMetrics = dict[str, tuple[jax.Array, jax.Array]]
-"""name -> (value, weight) of one gradient step; the update reports sum(value·weight) / sum(weight)."""
 
 
 class Transition(NamedTuple):
@@ -50,6 +48,14 @@ class Transition(NamedTuple):
     terminated: jax.Array  # bool [S]: cuts the bootstrap
     truncated: jax.Array  # bool [S]: time limit; the n-step return stops here and bootstraps
     reference_action: jax.Array  # [S, |A|]: the noise-free policy action (the random one in warm-up), RLx2's ā
+
+
+class Windows(NamedTuple):
+    """A batch of n-step windows as drawn for one gradient step."""
+
+    items: Transition  # fields [B, n, ...]
+    terms: returns.NStepTerms  # their n-step return terms (`returns.nstep_terms`)
+    n_active: jax.Array  # int32 [], the horizon they are cut at
 
 
 class Learner(NamedTuple):
@@ -74,11 +80,11 @@ class Agent(NamedTuple):
     behaviour(raw [N, out], key) -> (action, reference)   after warm-up, both [N, |A|] in [-1, 1]
     greedy(raw [..., out]) -> [..., |A|]           the deterministic action in [-1, 1] (evaluation, and the
                                                    dynamic buffer's π(s))
-    gradient_step(agent, batch, terms, iteration, key) -> (agent, StepMetrics)
+    gradient_step(agent, batch, terms, iteration, key) -> (agent, replay_learner.Metrics)
                                                    batch: n-step windows [B, n] of Transition fields;
                                                    terms: their `returns.NStepTerms`; iteration: 1-based
     report(agent) -> {name: scalar}                per-update readings (temperature, measured sparsity)
-    metric_names                                   the keys of StepMetrics
+    metric_names                                   the keys of its metrics
     summary                                        static accounting for summary.json (sparsity, ratios)
     """
 
@@ -89,7 +95,9 @@ class Agent(NamedTuple):
     activation: str
     behaviour: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
     greedy: Callable[[jax.Array], jax.Array]
-    gradient_step: Callable[[Any, Transition, returns.NStepTerms, jax.Array, jax.Array], tuple[Any, StepMetrics]]
+    gradient_step: Callable[
+        [Any, Transition, returns.NStepTerms, jax.Array, jax.Array], tuple[Any, replay_learner.Metrics]
+    ]
     report: Callable[[Any], dict[str, jax.Array]]
     metric_names: tuple[str, ...]
     summary: dict[str, Any]
@@ -180,6 +188,50 @@ def sparse_summary(
 # ---- the loop ---------------------------------------------------------------------------------
 
 
+def nstep_replay(config: OffPolicyConfig, agent: Agent) -> replay_learner.Replay:
+    """The gradient steps of the loop (`replay_learner`): the agent's on uniformly drawn n-step windows."""
+
+    def draw(buffer: replay.BufferState, key: jax.Array, iteration: jax.Array) -> replay_learner.Drawn:
+        """B n-step windows and their (delayed) n-step terms: one-step before `nstep_delay` gradient steps, n after."""
+        n_active = jnp.where(iteration >= config.nstep_delay, config.horizon, 1).astype(jnp.int32)
+        batch: Transition = nstep.sample_windows(buffer, key, config.batch_size, config.horizon, n_active)
+        terms = returns.nstep_terms(batch.reward, batch.terminated, batch.truncated, config.gamma, n_active)
+        return replay_learner.Drawn(Windows(batch, terms, n_active))
+
+    def update(agent_state: Any, drawn: replay_learner.Drawn, iteration: jax.Array,
+               key: jax.Array) -> replay_learner.Stepped:
+        """The agent's gradient step on the drawn windows; adds the horizon they were cut at ("nstep")."""
+        windows: Windows = drawn.batch
+        agent_state, metrics = agent.gradient_step(agent_state, windows.items, windows.terms, iteration, key)
+        nstep_metric = (windows.n_active.astype(jnp.float32), jnp.ones(()))
+        return replay_learner.Stepped(agent_state, {**metrics, "nstep": nstep_metric})
+
+    return replay_learner.Replay(draw, update, agent.metric_names + ("nstep",))
+
+
+def empty_row(env: Any, num_envs: int) -> Transition:
+    """A ring slot of zeros, one env step of `num_envs` environments (to initialise the buffer)."""
+    obs, action = examples(env)
+    row = Transition(
+        obs=obs, action=action, reward=jnp.zeros(()), next_obs=obs, terminated=jnp.zeros((), jnp.bool_),
+        truncated=jnp.zeros((), jnp.bool_), reference_action=action,
+    )
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_envs,) + x.shape), row)
+
+
+def dynamic_rule(config: OffPolicyConfig) -> dynamic.DynamicReplay:
+    """RLx2's dynamic-capacity rule for the loop's buffer of `config.num_envs` streams (`replay.dynamic`)."""
+    return dynamic.make_dynamic_replay(
+        max_size=config.buffer_capacity,
+        min_size=min(config.buffer_min_size, config.buffer_capacity),
+        num_oldest=min(config.num_oldest, config.buffer_capacity),
+        threshold=config.buffer_threshold,
+        shrink=config.buffer_shrink,
+        distance=config.buffer_distance,
+        streams=config.num_envs,
+    )
+
+
 def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> ActorLearner:
     """The loop for a resolved `config` (`Config.validate(env)`) and an environment or host spec
     (`observation_shape`, `action_space`)."""
@@ -189,18 +241,8 @@ def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> ActorLear
     high = np.asarray(env.action_space.high, np.float32)
     center, half_range = (high + low) / 2.0, (high - low) / 2.0
     capacity = config.buffer_capacity // num_envs  # ring slots, each one env step of every env
-    rule = dynamic.make_dynamic_replay(
-        max_size=config.buffer_capacity,
-        min_size=min(config.buffer_min_size, config.buffer_capacity),
-        num_oldest=min(config.num_oldest, config.buffer_capacity),
-        threshold=config.buffer_threshold,
-        shrink=config.buffer_shrink,
-        distance=config.buffer_distance,
-        streams=num_envs,
-    )
-    start, horizon = config.learning_start_step, config.horizon
-    example_obs = jnp.zeros(env.observation_shape, jnp.float32)
-    example_action = jnp.zeros((num_actions,), jnp.float32)
+    rule = dynamic_rule(config)
+    start = config.learning_start_step
 
     def to_env(action: jax.Array) -> jax.Array:
         """[-1, 1] box -> the env's [low, high]."""
@@ -208,15 +250,9 @@ def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> ActorLear
 
     def init(key: jax.Array) -> Learner:
         key, agent_key = jax.random.split(key)
-        row = Transition(
-            obs=example_obs, action=example_action, reward=jnp.zeros(()), next_obs=example_obs,
-            terminated=jnp.zeros((), jnp.bool_), truncated=jnp.zeros((), jnp.bool_),
-            reference_action=example_action,
-        )
-        row = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_envs,) + x.shape), row)
         return Learner(
             agent=agent.init(agent_key),
-            buffer=replay.init(row, capacity),
+            buffer=replay.init(empty_row(env, num_envs), capacity),
             key=key,
             env_steps=jnp.zeros((), jnp.int32),
             gradient_steps=jnp.zeros((), jnp.int32),
@@ -243,20 +279,7 @@ def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> ActorLear
         """The dynamic buffer's (π(s), ā) on stored items [R, S, ...]."""
         return agent.greedy(forward(acting, policy_params, items.obs, obs_ndim)), items.reference_action
 
-    names = agent.metric_names + ("nstep",)
-
-    def gradient_step(operand: tuple) -> tuple:
-        (agent_state, gradient_steps, sums, weights), buffer, key = operand
-        sample_key, step_key = jax.random.split(key)
-        iteration = gradient_steps + 1
-        n_active = jnp.where(iteration >= config.nstep_delay, horizon, 1).astype(jnp.int32)
-        batch: Transition = nstep.sample_windows(buffer, sample_key, config.batch_size, horizon, n_active)
-        terms = returns.nstep_terms(batch.reward, batch.terminated, batch.truncated, config.gamma, n_active)
-        agent_state, metrics = agent.gradient_step(agent_state, batch, terms, iteration, step_key)
-        metrics = {**metrics, "nstep": (n_active.astype(jnp.float32), jnp.ones(()))}
-        sums = {k: sums[k] + metrics[k][0] * metrics[k][1] for k in names}
-        weights = {k: weights[k] + jnp.asarray(metrics[k][1], jnp.float32) for k in names}
-        return agent_state, iteration, sums, weights
+    spec = nstep_replay(config, agent)
 
     def learn_step(learner: Learner, step: Step) -> tuple[Learner, dict[str, jax.Array]]:
         """Store one env step of every environment (`step`, leaves [N, ...]) and learn from it."""
@@ -273,23 +296,15 @@ def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> ActorLear
             buffer_distance = jnp.where(due, info.distance, learner.buffer_distance)
 
         num_grad = jnp.clip(env_steps_t - jnp.maximum(env_steps_tm1, start), 0, num_envs)
-
-        # A loop of num_grad iterations (zero when none is due), not a scan of gated slots: vmapped over
-        # seeds, a cond whose untaken branch returns the networks copied them at every call (measured
-        # with DQN's 3 x 2048 network: ~15 ms per env step on CPU; `sparqrl.algos.dqn.train.update_target`).
-        zeros = {k: jnp.zeros((), jnp.float32) for k in names}
-        keys = jax.random.split(learn_key, config.gradient_steps_per_update)
-        agent_state, gradient_steps, sums, weights = jax.lax.fori_loop(
-            0, num_grad, lambda i, carry: gradient_step((carry, buffer, keys[i])),
-            (learner.agent, learner.gradient_steps, zeros, zeros),
-        )
+        carry = replay_learner.run(spec, replay_learner.start(spec, learner.agent, buffer, learner.gradient_steps),
+                                   num_grad, learn_key, config.gradient_steps_per_update)
         metrics = {
-            **{k: sums[k] / jnp.maximum(weights[k], 1.0) for k in names},  # means over this update; 0 if none
-            **agent.report(agent_state),
-            "buffer_size": (buffer.size * num_envs).astype(jnp.float32),  # valid transitions
+            **replay_learner.means(carry),  # over this update; 0 if none
+            **agent.report(carry.agent),
+            "buffer_size": (carry.buffer.size * num_envs).astype(jnp.float32),  # valid transitions
             "buffer_distance": buffer_distance,
         }
-        return Learner(agent_state, buffer, key, env_steps_t, gradient_steps, buffer_distance), metrics
+        return Learner(carry.agent, carry.buffer, key, env_steps_t, carry.gradient_steps, buffer_distance), metrics
 
     def policy(learner: Learner) -> Any:
         return agent.policy(learner.agent)

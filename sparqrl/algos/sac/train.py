@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import optax
 
 from sparqrl import returns
+from sparqrl.algos import replay_learner
 from sparqrl.algos.base import ActorLearner, Algorithm, has_tracers, make_hparams_train_fn, on_device
 from sparqrl.algos.offpolicy import loop
 from sparqrl.algos.offpolicy.loop import Transition
@@ -192,7 +193,7 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
 
     def gradient_step(
         agent: SACAgent, batch: Transition, terms: returns.NStepTerms, iteration: jax.Array, key: jax.Array
-    ) -> tuple[SACAgent, loop.StepMetrics]:
+    ) -> tuple[SACAgent, replay_learner.Metrics]:
         target_key, critic_key, actor_key = jax.random.split(key, 3)
         alpha = jnp.exp(agent.log_alpha)
 

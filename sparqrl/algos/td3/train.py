@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import optax
 
 from sparqrl import returns
+from sparqrl.algos import replay_learner
 from sparqrl.algos.base import ActorLearner, Algorithm, has_tracers, make_hparams_train_fn, on_device
 from sparqrl.algos.offpolicy import loop
 from sparqrl.algos.offpolicy.loop import Transition
@@ -135,7 +136,7 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
 
     def gradient_step(
         agent: TD3Agent, batch: Transition, terms: returns.NStepTerms, iteration: jax.Array, key: jax.Array
-    ) -> tuple[TD3Agent, loop.StepMetrics]:
+    ) -> tuple[TD3Agent, replay_learner.Metrics]:
         noise_key, critic_key, actor_key = jax.random.split(key, 3)
         boot_obs = returns.at_index(batch.next_obs, terms.boot_index)
         boot_action = smoothed_target_action(
