@@ -37,6 +37,23 @@ def fitness_rows(out):
         return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in csv.DictReader(f)]
 
 
+def meta_checkpoint(out):
+    """A meta run's newest checkpoint: (strategy state as host arrays, its meta dict), restored into the shapes
+    its saved config gives (`sparqrl.meta.run.MetaDriver`)."""
+    import jax
+
+    from sparqrl.meta import run as meta_run
+    from sparqrl.runners.checkpoint import Checkpointer
+
+    _, config = meta_run.open_meta_dir(str(out))
+    checkpointer = Checkpointer(out / "checkpoint", read_only=True)
+    try:
+        restored = checkpointer.restore_intact(meta_run.MetaDriver(meta_run.prepare(config)).abstract_state())
+    finally:
+        checkpointer.close()
+    return jax.device_get(restored.state), restored.meta
+
+
 def train_and_evaluate(config, env, seed, num_seeds, episodes=10):
     """PPO's whole run (`make_train_fn`) for `num_seeds` keys split from PRNGKey(seed), vmapped, then each seed's
     deterministic returns [num_seeds, episodes]."""

@@ -369,7 +369,7 @@ def test_act_anti_lowers_the_victims_return(capsys, tmp_path):
     assert s["victim_final_return_mean"] < s["baseline_final_return_mean"] - 10
     assert s["victim_lifetime_return_mean"] < s["baseline_lifetime_return_mean"] - 10
     assert len(s["victim_return_per_update"]) == 32
-    for name in ("fitness.csv", "fitness.png", "learned.png", "best_meta_params.npz", "checkpoint.npz"):
+    for name in ("fitness.csv", "fitness.png", "learned.png", "best_meta_params.npz", "checkpoint"):
         assert (out / name).exists(), name
 
 

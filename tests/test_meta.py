@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 
 import jax
@@ -12,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import fitness_rows, run_cli, train_and_evaluate
+from conftest import fitness_rows, meta_checkpoint, run_cli, train_and_evaluate
 
 from sparqrl import cli
 from sparqrl import config as cfg
@@ -22,6 +23,7 @@ from sparqrl.config import ConfigError
 from sparqrl.envs import make_env
 from sparqrl.meta import run as meta_run
 from sparqrl.runners.anakin import static_describe
+from sparqrl.runners.session import RunInterrupted
 
 TINY = ppo.Config(total_timesteps=3 * 4 * 16, num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2)
 
@@ -145,20 +147,28 @@ def meta_argv(task, out, *extra):
             "--no-progress", *extra]
 
 
-def checkpoint_arrays(out):
-    with np.load(out / meta_run.CHECKPOINT) as data:
-        return {k: data[k] for k in data.files if k != "totals"}
+def make_old_checkpoint(out):
+    """Turn a meta run's checkpoint into the checkpoint.npz an older sparqrl wrote (strategy state leaves,
+    generations done, running totals as JSON), as the only checkpoint of the folder."""
+    state, meta = meta_checkpoint(out)
+    leaves = {f"leaf_{i:04d}": np.asarray(leaf) for i, leaf in enumerate(jax.tree.leaves(state))}
+    totals = {k: meta[k] for k in ("wall_time_s", "compile_time_s", "energy_kwh", "co2_kg", "energy_sessions",
+                                   "energy_sessions_measured")}
+    np.savez(out / meta_run.CHECKPOINT, **leaves, generation=np.asarray(meta["chunks_done"], np.int64),
+             totals=np.asarray(json.dumps({**totals, "env_steps": 0})))
+    shutil.rmtree(out / "checkpoint")
 
 
-def test_meta_lpo_outputs_and_killed_run_resumes_identically(capsys, tmp_path):
-    """A run killed after generation 2 of 3 and resumed ends bit-identical to an uninterrupted one (fitness.csv,
-    strategy state, best meta-parameters), and a finished run has every output."""
+def test_meta_lpo_outputs_and_stopped_run_resumes_identically(capsys, tmp_path):
+    """A run stopped (Ctrl-C) after generation 2 of 3 says how to go on in one line and, resumed from the
+    checkpoint.npz of an older sparqrl, ends bit-identical to an uninterrupted one (fitness.csv, strategy
+    state, best meta-parameters); a finished run has every output."""
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     start = time.perf_counter()
     code, out, err = run_cli(capsys, *meta_argv("lpo", whole, "--generations", "3"))
     assert code == 0, err
     summary = json.loads(out)
-    for name in ("fitness.csv", "fitness.png", "learned.png", "summary.json", "config.json", "checkpoint.npz",
+    for name in ("fitness.csv", "fitness.png", "learned.png", "summary.json", "config.json", "checkpoint",
                  objectives.META_PARAMS_FILE, "tensorboard", "sparqrl-run.json"):
         assert (whole / name).exists(), name
     for key in ("task", "env", "strategy", "generations", "popsize", "seeds", "steps", "best_fitness",
@@ -171,27 +181,25 @@ def test_meta_lpo_outputs_and_killed_run_resumes_identically(capsys, tmp_path):
                            str(tmp_path / "trained"))
     assert code == 0, err
 
-    class Killed(Exception):
-        pass
-
-    def kill(generation):
+    def stop(generation):
         if generation == 2:
-            raise Killed
+            raise KeyboardInterrupt  # as the session's check of a Ctrl-C
 
     args = meta_run.MetaConfig(task="lpo", popsize=4, seeds=2, steps=128, generations=3, out=str(killed),
                                energy=False, progress=False,
                                set=("num_envs=4", "num_steps=16", "num_minibatches=1", "update_epochs=1",
                                     "hidden=16,16"))
-    with pytest.raises(Killed):
-        meta_run.train_meta(args, on_generation=kill)
+    with pytest.raises(RunInterrupted, match=f"after generation 2; checkpoint saved; continue with: sparqrl meta "
+                                             f"--resume {killed}$"):
+        meta_run.train_meta(args, on_generation=stop)
     assert len(fitness_rows(killed)) == 2 and not (killed / "summary.json").exists()
+    make_old_checkpoint(killed)
     code, _, err = run_cli(capsys, "meta", "--resume", str(killed), "--no-progress")
     assert code == 0, err
-    assert fitness_rows(killed) == fitness_rows(whole)
-    a, b = checkpoint_arrays(whole), checkpoint_arrays(killed)
-    assert a.keys() == b.keys()
-    for k in a:
-        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert fitness_rows(killed) == fitness_rows(whole) and not (killed / meta_run.CHECKPOINT).exists()
+    (a, a_meta), (b, b_meta) = meta_checkpoint(whole), meta_checkpoint(killed)
+    jax.tree.map(np.testing.assert_array_equal, a, b)
+    assert a_meta["chunks_done"] == b_meta["chunks_done"] == 3
     assert_trees_close(objectives.load_meta_params(whole, objectives.lpo_init()),
                        objectives.load_meta_params(killed, objectives.lpo_init()), atol=0.0)
     print(f"\nlpo meta runs: {time.perf_counter() - start:.0f} s")
@@ -228,7 +236,8 @@ def test_meta_value_loss_more_generations_and_train_reads_the_result(capsys, tmp
     out = tmp_path / "vl"
     code, _, err = run_cli(capsys, *meta_argv("value-loss", out, "--generations", "1", "--fitness-shaping", "z_score"))
     assert code == 0, err
-    code, summary, err = run_cli(capsys, "meta", "--resume", str(out), "--generations", "2", "--no-progress")
+    code, summary, err = run_cli(capsys, "meta", "--resume", str(out), "--generations", "2", "--no-progress",
+                                 "--no-energy")
     assert code == 0, err
     assert json.loads(summary)["generations"] == 2 and len(fitness_rows(out)) == 2
     resolved = dataclasses.replace(TINY, value_loss=f"learned:{out}").validate(cartpole)
@@ -253,6 +262,20 @@ def test_meta_hparams_writes_best_hparams(capsys, tmp_path):
                  ["eval", str(out)]):
         code, _, err = run_cli(capsys, *argv)
         assert code == 2 and "meta run" in err and err.strip().count("\n") == 0, (argv, err)
+
+
+def test_damaged_old_checkpoint_is_one_line_and_nothing_changes(capsys, tmp_path):
+    """A folder of an older sparqrl whose checkpoint.npz is damaged: `meta --resume` says so in one line (exit
+    2), and nothing in the folder is written or deleted."""
+    out = tmp_path / "old"
+    config = meta_run.MetaConfig(task="mfos", popsize=4, games=8, out=str(out), energy=False, progress=False)
+    rundir = meta_run.start_meta_dir(meta_run.prepare(config))
+    rundir.claim(meta_run.CHECKPOINT).write_bytes(b"PK\x03\x04 cut short")
+    rundir.release()
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "sparqrl-run.lock"}
+    code, _, err = run_cli(capsys, "meta", "--resume", str(out))
+    assert code == 2 and "damaged checkpoint.npz" in err and err.strip().count("\n") == 0, err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != "sparqrl-run.lock"} == before
 
 
 @pytest.mark.parametrize("argv,words", [

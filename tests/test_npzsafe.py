@@ -5,6 +5,7 @@ import io
 import json
 import zipfile
 
+import jax
 import numpy as np
 import pytest
 
@@ -71,6 +72,12 @@ def _state():
     return {"mean": np.zeros((3,), np.float32), "count": np.zeros((), np.int32)}
 
 
+def _save_old_checkpoint(path, state, generation, totals):
+    """checkpoint.npz as meta runs of an older sparqrl wrote it (`meta_run.convert_old_checkpoint` reads it)."""
+    leaves = {f"leaf_{i:04d}": np.asarray(leaf) for i, leaf in enumerate(jax.tree.leaves(state))}
+    np.savez(path, **leaves, generation=np.asarray(generation, np.int64), totals=np.asarray(json.dumps(totals)))
+
+
 @pytest.mark.parametrize("damage, words", [
     (lambda b: b[: len(b) // 2], "damaged checkpoint.npz"),  # truncated: was a BadZipFile traceback
     (lambda b: b"", "damaged checkpoint.npz"),
@@ -78,11 +85,11 @@ def _state():
 ])
 def test_a_damaged_meta_checkpoint_is_one_line(tmp_path, damage, words):
     path = tmp_path / meta_run.CHECKPOINT
-    meta_run.save_checkpoint(path, _state(), 3, {"wall_time_s": 1.0})
+    _save_old_checkpoint(path, _state(), 3, {"wall_time_s": 1.0})
     state, generation, totals = meta_run.load_checkpoint(path, _state())
     assert generation == 3 and totals == {"wall_time_s": 1.0} and state["mean"].shape == (3,)
     if damage == "other":
-        meta_run.save_checkpoint(path, {"mean": np.zeros((4,), np.float32), "count": np.zeros((), np.int32)}, 3, {})
+        _save_old_checkpoint(path, {"mean": np.zeros((4,), np.float32), "count": np.zeros((), np.int32)}, 3, {})
     else:
         path.write_bytes(damage(path.read_bytes()))
     with pytest.raises(ConfigError, match=words) as error:

@@ -2,16 +2,19 @@
 
 One generation is ONE compiled program: ask -> fitness of population x inner seeds (vmapped; the
 population axis split over devices when there are several) -> tell (`generation_program`). The host
-loop around it writes fitness.csv, TensorBoard scalars, the progress bar and a checkpoint after every
-generation; `--resume DIR` goes on from the checkpoint and ends bit-identical to an uninterrupted run
-(the strategy state is saved exactly, and generation g's key is fold_in(seed, g)).
+loop around it is the session of every run (`sparqrl.runners.session`: lock, checkpoints, Ctrl-C, failed
+writes, progress, energy) with one generation per chunk (`MetaDriver`); it writes fitness.csv, TensorBoard
+scalars and a checkpoint after every generation (`MetaRecords`); `--resume DIR` goes on from the checkpoint
+and ends bit-identical to an uninterrupted run (the strategy state is saved exactly, and generation g's key
+is fold_in(seed, g)).
 
 A run's folder (`sparqrl.runners.rundir`: manifest, `--overwrite` replaces only a sparqrl run):
 
   config.json          the meta config and the inner algorithm's resolved config
   fitness.csv          generation, mean, best of the generation, std, best so far, ...
   tensorboard/         the same scalars
-  checkpoint.npz       strategy state + generation + running totals (written whole or not at all)
+  checkpoint/          the strategy state and running totals after each generation (the session's, orbax
+                       with a checksum; an older sparqrl's checkpoint.npz is converted on --resume)
   best_meta_params.npz the strategy's centre (ES mean; SimpleGA: its best member): what
                        `--objective lpo:DIR` / `--value-loss learned:DIR` read
   best_member_params.npz  the best single member seen (its fitness is a noisy maximum)
@@ -46,8 +49,9 @@ from sparqrl.runfiles import open_nofollow, write_atomic
 from sparqrl.trust import NOTHING, Trust, require_trusted
 
 CHECKPOINT = "checkpoint.npz"
+"""Where a meta run of an older sparqrl kept its checkpoint (`convert_old_checkpoint`)."""
 MAX_TOTALS_BYTES = 1 << 20
-"""Bound on the checkpoint's running totals (a short JSON text) read from a folder."""
+"""Bound on checkpoint.npz's running totals (a short JSON text) read from a folder."""
 FITNESS_CSV = "fitness.csv"
 BEST_MEMBER_FILE = "best_member_params.npz"
 BEST_HPARAMS_FILE = "best_hparams.json"
@@ -305,18 +309,27 @@ def population_devices(popsize: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# Checkpoints: the strategy state's leaves, written whole or not at all
+# Checkpoints: the session's (orbax, checksummed); a folder of an older sparqrl held checkpoint.npz
 # --------------------------------------------------------------------------------------------------
 
 
-def save_checkpoint(path: Path, state: Any, generation: int, totals: dict[str, Any]) -> None:
-    leaves = jax.tree.leaves(jax.device_get(state))
-    arrays = {f"leaf_{i:04d}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
-    arrays["generation"] = np.asarray(generation, np.int64)
-    arrays["totals"] = np.asarray(json.dumps(totals))
-    data = io.BytesIO()
-    np.savez(data, **arrays)
-    write_atomic(path, data.getvalue())
+def convert_old_checkpoint(rundir: Any, prepared: Prepared) -> None:
+    """A meta run written before meta runs were sessions of the one host loop kept its checkpoint in
+    checkpoint.npz (strategy state, generations done, running totals). Its content becomes the run's
+    checkpoint, as the session writes it (with the checksum), then the npz goes; one that is not a meta
+    checkpoint of this run is a one-line ConfigError, and nothing is changed."""
+    from sparqrl.runners.checkpoint import Checkpointer
+
+    path = rundir.path / CHECKPOINT
+    if not path.is_file() or (rundir.path / "checkpoint").exists():
+        return
+    state, generation, totals = load_checkpoint(path, init_state(prepared))
+    checkpointer = Checkpointer(rundir.claim("checkpoint"), finite=False)
+    try:
+        checkpointer.save(generation, state, {**totals, "chunks_done": generation, "updates_done": generation})
+    finally:
+        checkpointer.close()
+    path.unlink()
 
 
 def load_checkpoint(path: Path, like: Any) -> tuple[Any, int, dict[str, Any]]:
@@ -429,19 +442,17 @@ def _nanmean(values: np.ndarray) -> float:
     return float(np.nanmean(values)) if np.any(np.isfinite(values)) else math.nan
 
 
-def _row(generation: int, metrics: Any, fitness: np.ndarray, aux: dict[str, np.ndarray], env_steps: int,
-         wall: float) -> dict[str, Any]:
+def generation_values(metrics: Any, fitness: np.ndarray, aux: dict[str, np.ndarray]) -> dict[str, float]:
+    """A generation's fitness.csv values (all but its number, env steps and time): the strategy's metrics,
+    the median of the members' finite fitness, the task's own metrics averaged over members."""
     finite = fitness[np.isfinite(fitness)]
     return {
-        "generation": generation,
         "mean_fitness": float(metrics.mean_fitness),
         "best_fitness": float(metrics.best_fitness_in_generation),
         "std_fitness": float(metrics.std_fitness),
         "best_so_far": float(metrics.best_fitness),
         "median_fitness": float(np.median(finite)) if finite.size else math.nan,
         **{name: _nanmean(np.asarray(values)) for name, values in aux.items()},
-        "env_steps": env_steps,
-        "wall_time_s": round(wall, 3),
     }
 
 
@@ -451,129 +462,181 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+class MetaDriver:
+    """A meta run as a `sparqrl.runners.session.Driver`: one generation per chunk and per "update", the env
+    steps of all its inner trainings counted as one member's (the progress bar counts them all)."""
+
+    members = 1
+    member_names = ["the population"]
+    startup_s = 0.0
+
+    def __init__(self, prepared: Prepared):
+        config, task = prepared.config, prepared.task
+        self.prepared = prepared
+        self.bounds = list(range(1, config.generations + 1))
+        self.env_steps_per_update = task.env_steps * config.popsize * config.seeds
+        self.devices = population_devices(config.popsize)
+        self.compile_time_s = 0.0
+        self.compute_s = 0.0  # this session's time in the generation program
+        self.generations_run = 0  # this session's
+        self._program: Any = None
+        self._state: Any = None
+
+    def abstract_state(self) -> Any:
+        sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        shapes = jax.eval_shape(lambda: init_state(self.prepared))
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
+
+    def build(self) -> None:
+        """Compile ahead of time, so compile time is measured apart from the generations."""
+        start = time.perf_counter()
+        config = self.prepared.config
+        program = jax.jit(generation_program(self.prepared.task, self.prepared.strategy, config.seeds, self.devices))
+        self._program = program.lower(generation_key(config.seed, 0), self.abstract_state()).compile()
+        self.compile_time_s += time.perf_counter() - start
+
+    def init_state(self) -> Any:
+        return init_state(self.prepared)
+
+    def start(self, state: Any, updates_done: int, stop: Any) -> None:
+        self._state = state
+
+    def run_chunk(self, chunk: int) -> tuple[Any, dict[str, Any]]:
+        """Generation `chunk` (0-based); its values: fitness.csv's columns but the generation, env steps, time."""
+        start = time.perf_counter()
+        self._state, output = self._program(generation_key(self.prepared.config.seed, chunk), self._state)
+        metrics, fitness, aux = jax.device_get((output.metrics, output.fitness, output.aux))
+        self.compute_s += time.perf_counter() - start
+        self.generations_run += 1
+        return self._state, generation_values(metrics, np.asarray(fitness), aux)
+
+    def interrupted_state(self) -> None:
+        return None  # a generation is never cut short
+
+    def meta(self) -> dict[str, Any]:
+        return {}
+
+    def restore_meta(self, meta: dict[str, Any]) -> None:
+        done = int(meta["chunks_done"])
+        cfg.require(done <= len(self.bounds), "generations", len(self.bounds),
+                    f"must be >= the {done} generations the run in {self.prepared.config.out} has done")
+
+    def close(self) -> None:
+        pass
+
+
+class MetaRecords:
+    """A meta run's records (`sparqrl.runners.session.Records`): fitness.csv and TensorBoard's meta/ scalars
+    per generation, the best meta-parameters after each, the plots and summary at the end."""
+
+    resume_command = "sparqrl meta --resume"
+    finite = False  # a member's training may fail (NaN fitness, skipped); the strategy state holds infinities
+
+    def __init__(self, prepared: Prepared, driver: MetaDriver):
+        self.prepared, self.driver = prepared, driver
+        self.columns = csv_columns(prepared.task)
+        self.rundir: Any = None
+        self.csv_path: Path | None = None
+        self.writer: Any = None
+
+    def label(self) -> str:
+        return f"meta {self.prepared.config.task} {run_label(self.prepared.config)}"
+
+    def done_text(self, updates: int) -> str:
+        return f"generation {updates}"
+
+    def open(self, rundir: Any, chunks_done: int, updates_done: int, resuming: bool) -> None:
+        from tensorboardX import SummaryWriter
+
+        self.csv_path = rundir.claim(FITNESS_CSV)
+        _truncate_rows(self.csv_path, chunks_done)  # rows after the checkpoint are recomputed
+        if not self.csv_path.exists() or self.csv_path.stat().st_size == 0:
+            with open_nofollow(self.csv_path, "w") as f:
+                csv.writer(f).writerow(self.columns)
+        self.writer = SummaryWriter(str(rundir.claim("tensorboard")),
+                                    purge_step=chunks_done + 1 if chunks_done else None)
+        self.rundir = rundir
+
+    def chunk(self, chunk: int, env_step: int, elapsed: Callable[[], float], state: Any,
+              per_seed: dict[str, Any]) -> str:
+        row = {"generation": chunk + 1, **per_seed, "env_steps": env_step, "wall_time_s": round(elapsed(), 3)}
+        assert self.csv_path is not None
+        with open_nofollow(self.csv_path, "a") as f:
+            csv.writer(f).writerow([_fmt(row[c]) for c in self.columns])
+        for name in self.columns[1:-2]:
+            if math.isfinite(row[name]):
+                self.writer.add_scalar(f"meta/{name}", row[name], chunk + 1)
+        self.writer.flush()
+        _save_best(self.rundir, self.prepared, state)
+        return f"{row['mean_fitness']:.4g}"
+
+    def finish(self, rundir: Any, state: Any, totals: Any) -> dict[str, Any]:
+        from sparqrl.meta.plots import plot_fitness, plot_learned
+
+        config, task, strategy = self.prepared.config, self.prepared.task, self.prepared.strategy
+        summary = self._summary(totals)
+        if task.final_evaluation is not None:
+            summary.update(task.final_evaluation(strategy.center(state), generation_key(config.seed, FINAL_EVALUATION)))
+        trained_by = ("PPO" if not isinstance(strategy, Strategy) else
+                      f"{config.strategy}, population {config.popsize} x {config.seeds} seeds")
+        assert self.csv_path is not None
+        plot_fitness(self.csv_path, rundir.claim("fitness.png"),
+                     f"meta {config.task} on {run_label(config)} ({trained_by})")
+        plot_learned(self.prepared, jax.device_get(strategy.center(state)), rundir.claim("learned.png"), summary)
+        return summary
+
+    def _summary(self, totals: Any) -> dict[str, Any]:
+        from sparqrl.runners.session import device_name
+
+        config, driver = self.prepared.config, self.driver
+        ran, compute_s = driver.generations_run, driver.compute_s
+        assert self.csv_path is not None
+        best_fitness, final_mean = _fitness_summary(self.csv_path)
+        return {
+            "task": config.task,
+            "env": run_label(config),
+            "algo": self.prepared.task.algo,
+            "strategy": config.strategy,
+            "generations": config.generations,
+            "popsize": config.popsize,
+            "seeds": config.seeds,
+            "steps": self.prepared.task.env_steps,
+            "fitness": config.fitness_kind,
+            "best_fitness": best_fitness,
+            "final_mean_fitness": final_mean,
+            "wall_time_s": totals.wall_time_s,
+            "compile_time_s": totals.compile_time_s,
+            "env_steps": config.generations * driver.env_steps_per_update,
+            "env_steps_per_s": ran * driver.env_steps_per_update / compute_s if compute_s > 0 else None,
+            "generation_time_s": compute_s / ran if ran else None,
+            "device": device_name(),
+            "devices_used": driver.devices,
+            **totals.energy,
+        }
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
 def run_meta(prepared: Prepared, rundir: Any, *, resuming: bool,
              on_generation: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run (or go on with) the meta run in `rundir`, whose writer's lock this process holds (released at
-    the end); returns summary.json's content.
+    the end), as a session of the one host loop (`sparqrl.runners.session`); returns summary.json's content.
 
     on_generation(g): called after generation g (1-based) is logged and checkpointed (tests stop a run
     there by raising)."""
-    try:
-        return _run_meta(prepared, rundir, resuming, on_generation)
-    finally:
-        rundir.release()
+    from sparqrl.runners.run_config import RunConfig
+    from sparqrl.runners.session import run_session
 
-
-def _run_meta(prepared: Prepared, rundir: Any, resuming: bool, on_generation: Callable[[int], None] | None
-              ) -> dict[str, Any]:
-    from tensorboardX import SummaryWriter
-
-    from sparqrl import signals
-    from sparqrl.runners.session import RunInterrupted, device_name
-    from sparqrl.telemetry import EnergyMeter, make_progress
-
-    config, task, strategy = prepared.config, prepared.task, prepared.strategy
-    out = rundir.path
-    state = init_state(prepared)
-    done, totals = 0, {"wall_time_s": 0.0, "compile_time_s": 0.0, "env_steps": 0}
-    if resuming and (out / CHECKPOINT).is_file():
-        state, done, totals = load_checkpoint(out / CHECKPOINT, state)
-    cfg.require(done <= config.generations, "generations", config.generations,
-                f"must be >= the {done} generations the run in {out} has done")
-    meter = EnergyMeter(out, config.country, config.energy, prior=totals if resuming and done else None)
-    if config.energy:
-        rundir.claim("emissions.csv")
-        meter.start_in_background()
-    wall_start = time.perf_counter()
-    steps_per_generation = task.env_steps * config.popsize * config.seeds
-    devices = population_devices(config.popsize)
-
-    # compile ahead of time, so compile time is measured apart from the generations
-    compile_start = time.perf_counter()
-    program = jax.jit(generation_program(task, strategy, config.seeds, devices))
-    program = program.lower(generation_key(config.seed, done), state).compile()
-    compile_time = time.perf_counter() - compile_start
-
-    columns = csv_columns(task)
-    csv_path = rundir.claim(FITNESS_CSV)
-    _truncate_rows(csv_path, done)
-    if not csv_path.exists() or csv_path.stat().st_size == 0:
-        with open_nofollow(csv_path, "w") as f:
-            csv.writer(f).writerow(columns)
-    writer = SummaryWriter(str(rundir.claim("tensorboard")), purge_step=done + 1 if done else None)
-    rundir.claim(CHECKPOINT)
-    progress = make_progress(config.progress)
-    compute_s = 0.0
-    try:
-        with progress:
-            bar = progress.add_task(f"meta {config.task} {run_label(config)}", total=config.generations * steps_per_generation,
-                                    sps=0.0, ret="-")
-            progress.update(bar, completed=done * steps_per_generation)
-            for generation in range(done, config.generations):
-                start = time.perf_counter()
-                state, output = program(generation_key(config.seed, generation), state)
-                metrics, fitness, aux = jax.device_get((output.metrics, output.fitness, output.aux))
-                compute_s += time.perf_counter() - start
-                totals["env_steps"] += steps_per_generation
-                wall = totals["wall_time_s"] + time.perf_counter() - wall_start
-                row = _row(generation + 1, metrics, np.asarray(fitness), aux, totals["env_steps"], wall)
-                with open_nofollow(csv_path, "a") as f:
-                    csv.writer(f).writerow([_fmt(row[c]) for c in columns])
-                for name in columns[1:-2]:
-                    if math.isfinite(row[name]):
-                        writer.add_scalar(f"meta/{name}", row[name], generation + 1)
-                writer.flush()
-                saved = {**totals, "wall_time_s": wall, "compile_time_s": totals["compile_time_s"] + compile_time,
-                         **meter.totals()}
-                save_checkpoint(out / CHECKPOINT, state, generation + 1, saved)
-                _save_best(rundir, prepared, state)
-                sps = steps_per_generation / max(time.perf_counter() - start, 1e-9)
-                progress.update(bar, completed=(generation + 1) * steps_per_generation, sps=sps,
-                                ret=f"{row['mean_fitness']:.4g}")
-                if on_generation is not None:
-                    on_generation(generation + 1)
-                if signals.requested() and generation + 1 < config.generations:
-                    raise RunInterrupted(f"interrupted after generation {generation + 1}; go on with "
-                                         f"`sparqrl meta --resume {out}`")
-    finally:
-        writer.close()
-        energy = meter.stop()
-
-    new_generations = config.generations - done
-    wall = totals["wall_time_s"] + time.perf_counter() - wall_start
-    total_compile = totals["compile_time_s"] + compile_time
-    best_fitness, final_mean = _fitness_summary(csv_path)
-    summary = {
-        "task": config.task,
-        "env": run_label(config),
-        "algo": task.algo,
-        "strategy": config.strategy,
-        "generations": config.generations,
-        "popsize": config.popsize,
-        "seeds": config.seeds,
-        "steps": task.env_steps,
-        "fitness": config.fitness_kind,
-        "best_fitness": best_fitness,
-        "final_mean_fitness": final_mean,
-        "wall_time_s": wall,
-        "compile_time_s": total_compile,
-        "env_steps": totals["env_steps"],
-        "env_steps_per_s": new_generations * steps_per_generation / compute_s if compute_s > 0 else None,
-        "generation_time_s": compute_s / new_generations if new_generations else None,
-        "device": device_name(),
-        "devices_used": devices,
-        **energy,
-    }
-    if task.final_evaluation is not None:
-        summary.update(task.final_evaluation(strategy.center(state), generation_key(config.seed, FINAL_EVALUATION)))
-    from sparqrl.meta.plots import plot_fitness, plot_learned
-
-    trained_by = ("PPO" if not isinstance(strategy, Strategy) else
-                  f"{config.strategy}, population {config.popsize} x {config.seeds} seeds")
-    plot_fitness(csv_path, rundir.claim("fitness.png"), f"meta {config.task} on {run_label(config)} ({trained_by})")
-    plot_learned(prepared, jax.device_get(strategy.center(state)), rundir.claim("learned.png"), summary)
-    rundir.write_text("summary.json", json.dumps(summary, indent=2))
-    return summary
+    config = prepared.config
+    driver = MetaDriver(prepared)
+    # every generation is checkpointed (one costs far less than a generation), none is evaluated
+    run = RunConfig(env=run_label(config), progress=config.progress, energy=config.energy, country=config.country,
+                    eval_every=0, checkpoint_every=1, checkpoint_interval_s=0.0)
+    hook = None if on_generation is None else (lambda chunks, _values: on_generation(chunks))
+    return run_session(rundir, run, "meta", driver, resuming=resuming, on_chunk=hook,
+                       records=MetaRecords(prepared, driver))
 
 
 def run_label(config: MetaConfig) -> str:
@@ -598,15 +661,16 @@ def train_meta(config: MetaConfig, on_generation: Callable[[int], None] | None =
 
 
 def resume_meta(path: str, generations: int | None = None, progress: bool | None = None,
-                on_generation: Callable[[int], None] | None = None, trust: Trust = NOTHING) -> dict[str, Any]:
-    """Go on with the meta run in `path` from its checkpoint (optionally to more `generations`). `trust`: the
-    modules the command names; the module of a `jax:MODULE:ATTR` env the folder names must be among them."""
+                on_generation: Callable[[int], None] | None = None, trust: Trust = NOTHING,
+                energy: bool | None = None) -> dict[str, Any]:
+    """Go on with the meta run in `path` from its checkpoint (optionally to more `generations`; `progress`,
+    `energy`: this session's, None: the run's). `trust`: the modules the command names; the module of a
+    `jax:MODULE:ATTR` env the folder names must be among them."""
     rundir, config = open_meta_dir(path, trust)
     changes: dict[str, Any] = {"out": str(path)}
-    if generations is not None:
-        changes["generations"] = generations
-    if progress is not None:
-        changes["progress"] = progress
+    for name, value in (("generations", generations), ("progress", progress), ("energy", energy)):
+        if value is not None:
+            changes[name] = value
     summary = rundir.path / "summary.json"
     if summary.is_file() and generations in (None, config.generations):
         return json.loads(summary.read_text())  # finished: left as it is
@@ -614,6 +678,7 @@ def resume_meta(path: str, generations: int | None = None, progress: bool | None
     rundir.lock()  # the one writer from here on (run_meta releases it)
     try:
         prepared = prepare(config)
+        convert_old_checkpoint(rundir, prepared)
         if generations is not None and (rundir.path / "summary.json").exists():
             (rundir.path / "summary.json").unlink()  # no longer finished: more generations follow
         rundir.write_text("config.json", _config_json(prepared))

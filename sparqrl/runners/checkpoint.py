@@ -71,11 +71,13 @@ def _orbax() -> Any:
 
 class Checkpointer:
     """Keeps the last two checkpoints in `directory`; each holds `state` and `meta` (JSON). `read_only`:
-    a reader's, which never creates, writes or deletes anything."""
+    a reader's, which never creates, writes or deletes anything. `finite`: only a finite state is saved (a
+    meta run's strategy state holds infinities and NaNs by design: a best fitness not yet seen, a failed member)."""
 
-    def __init__(self, directory: Path, read_only: bool = False):
+    def __init__(self, directory: Path, read_only: bool = False, finite: bool = True):
         self._directory = directory.absolute()
         self._read_only = read_only
+        self._finite = finite
         if not read_only:
             self._check_links()
             self._directory.mkdir(parents=True, exist_ok=True)  # a folder that cannot be made fails here, as before
@@ -98,7 +100,7 @@ class Checkpointer:
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
         """Save `state` as `step` (replacing one there); raises `NonFiniteState` instead of saving NaNs."""
         host = jax.device_get(state)  # fetched once for both checks
-        bad = first_non_finite(host)
+        bad = first_non_finite(host) if self._finite else None
         if bad is not None:
             raise NonFiniteState(f"the state's {bad} is not finite")
         meta = {**meta, CHECKSUM: state_checksum(host)}

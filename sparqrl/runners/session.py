@@ -1,9 +1,10 @@
 """The one host loop both runners share: one session of a run, fresh or resumed.
 
-A runner supplies a `Driver` (how to compile, initialise, run one chunk of updates and evaluate); the
-session does everything around it, once for both: the run folder and its manifest, verified checkpoints
-and resume, progress, metrics.csv and TensorBoard, evaluation and checkpoint cadence, energy and CO2,
-Ctrl-C / SIGTERM / SIGHUP, non-finite values, failed writes and the summary.
+A runner supplies a `Driver` (how to compile, initialise and run one chunk of updates) and the run's
+`Records` (what it writes per chunk and its summary: a train run's `TrainRecords`, metrics.csv, TensorBoard,
+evaluations; a meta run's own, one generation per chunk); the session does everything around them, once for
+every kind of run: the run folder and its manifest, verified checkpoints and resume, progress, checkpoint
+cadence, energy and CO2, Ctrl-C / SIGTERM / SIGHUP, non-finite values, failed writes and summary.json.
 
 How each way a run can stop ends (the README's "what happens when" table, proved by tests/test_faults.py):
   Ctrl-C / SIGTERM   `RunInterrupted` (exit 130; SIGHUP the same, exit 129): the last logged chunk is
@@ -28,7 +29,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
 
 import numpy as np
 
@@ -61,7 +62,7 @@ chunk is already in metrics.csv, so raising KeyboardInterrupt there stops the ru
 
 
 class Driver(Protocol):
-    """What a runner supplies to the session (state leaves carry a leading seed axis)."""
+    """What a runner supplies to the session (a train run's state leaves carry a leading seed axis)."""
 
     bounds: list[int]  # cumulative learner updates at the end of each chunk
     env_steps_per_update: int  # per seed
@@ -75,12 +76,43 @@ class Driver(Protocol):
     def init_state(self) -> Any: ...
     def start(self, state: Any, updates_done: int, stop: StopRequests) -> None: ...
     def run_chunk(self, chunk: int) -> tuple[Any, dict[str, np.ndarray]]: ...  # -> (state, per-seed metrics)
-    def evaluate(self, state: Any) -> np.ndarray: ...  # [seeds, episodes] deterministic returns
     def interrupted_state(self) -> tuple[int, Any] | None: ...  # (updates, state) saved inside a chunk
     def meta(self) -> dict[str, Any]: ...  # runner-specific counters a checkpoint carries
     def restore_meta(self, meta: dict[str, Any]) -> None: ...
+    def close(self) -> None: ...
+
+
+class TrainDriver(Driver, Protocol):
+    """A train run's driver (both runners'): also evaluates the policy and adds its own summary fields."""
+
+    def evaluate(self, state: Any) -> np.ndarray: ...  # [seeds, episodes] deterministic returns
     def summary(self) -> dict[str, Any]: ...  # runner-specific summary fields
-    def finish(self, rundir: RunDir, final: np.ndarray) -> dict[str, Any]: ...  # own outputs (a sweep's); summary fields
+    def finish(self, rundir: RunDir, final: np.ndarray) -> dict[str, Any]: ...  # own outputs (a sweep's), summary
+
+
+class Totals(NamedTuple):
+    """The whole run's running totals at its end (all sessions), for its summary."""
+
+    wall_time_s: float
+    compile_time_s: float
+    steady_env_steps_per_s: float | None  # this session's (`SteadyRate`)
+    energy: dict[str, Any]  # `EnergyMeter.stop`'s summary fields
+
+
+class Records(Protocol):
+    """What a kind of run writes besides its checkpoints, and the words its messages use."""
+
+    resume_command: str  # how the user goes on with the run: "sparqrl train --resume"
+    finite: bool  # a chunk's metrics and the state must be finite (else `RunFailed`; not saved)
+
+    def label(self) -> str: ...  # the progress bar's
+    def done_text(self, updates: int) -> str: ...  # how far `updates` took the run: "1,024 env steps per seed"
+    def open(self, rundir: RunDir, chunks_done: int, updates_done: int, resuming: bool) -> None: ...
+    def chunk(self, chunk: int, env_step: int, elapsed: Callable[[], float], state: Any,
+              per_seed: dict[str, Any]) -> str: ...
+    # ^ records a finished chunk (it may add values to `per_seed`; `elapsed()`: the run's wall time so far);
+    #   returns the progress bar's return
+    def finish(self, rundir: RunDir, state: Any, totals: Totals) -> dict[str, Any]: ...  # own outputs; the summary
     def close(self) -> None: ...
 
 
@@ -169,33 +201,36 @@ def eval_summary(run: RunConfig, episodes: int, per_seed: np.ndarray) -> dict[st
 
 
 def run_session(rundir: RunDir, run: RunConfig, algo_name: str, driver: Driver, *, resuming: bool,
-                on_chunk: ChunkHook | None = None) -> dict:
-    """Run one session to the end of the run and return the summary (also written to summary.json)."""
+                on_chunk: ChunkHook | None = None, records: Records | None = None) -> dict:
+    """Run one session to the end of the run and return the summary (also written to summary.json).
+    `records`: a train run's (`TrainRecords`, the default; `driver` is then a `TrainDriver`) or another kind's."""
     out = rundir.path
+    records = records if records is not None else TrainRecords(run, algo_name, driver)  # type: ignore[arg-type]
+    go_on = f"{records.resume_command} {out}"
     stop = StopRequests()  # from the start: Ctrl-C during set-up or compilation ends in one line too
     session = None
     try:
-        session = _Session(rundir, run, algo_name, driver, stop, on_chunk)
+        session = _Session(rundir, run, driver, records, stop, on_chunk)
         return session.execute(resuming)
     except KeyboardInterrupt:
         saved = session.save_on_interrupt() if session is not None else None
         if saved is None:
-            raise RunInterrupted(f"interrupted before the first checkpoint; `sparqrl train --resume {out}` starts "
-                                 "the run over with its saved config") from None
-        raise RunInterrupted(f"interrupted after {saved:,} env steps per seed; checkpoint saved; continue with: "
-                             f"sparqrl train --resume {out}") from None
+            raise RunInterrupted(f"interrupted before the first checkpoint; `{go_on}` starts the run over with its "
+                                 "saved config") from None
+        raise RunInterrupted(f"interrupted after {records.done_text(saved)}; checkpoint saved; continue with: "
+                             f"{go_on}") from None
     except DamagedCheckpoints as error:
         raise RunFailed(f"no intact checkpoint in {out / 'checkpoint'} ({error}); remove that folder and run "
-                        f"`sparqrl train --resume {out}` to start the run over with its saved config") from None
+                        f"`{go_on}` to start the run over with its saved config") from None
     except LinkRefused as error:  # found while the run went on (a writer checks the folder before it starts)
         raise RunFailed(str(error)) from None
     except OSError as error:
-        raise RunFailed(_failed_write(out, error, session)) from None
+        raise RunFailed(_failed_write(out, go_on, error, session)) from None
     except Exception as error:
         cause = _os_error_in(error)  # orbax and TensorBoard's writers wrap the OSError of a full disk
         if cause is None:
             raise
-        raise RunFailed(_failed_write(out, cause, session)) from None
+        raise RunFailed(_failed_write(out, go_on, cause, session)) from None
     finally:
         stop.close()
         if session is not None:
@@ -218,32 +253,28 @@ def _os_error_in(error: BaseException) -> OSError | None:
     return None
 
 
-def _failed_write(out: Path, error: OSError, session: "_Session | None") -> str:
+def _failed_write(out: Path, go_on: str, error: OSError, session: "_Session | None") -> str:
+    """`go_on`: the command that resumes the run in `out`."""
     where = f" ({error.filename})" if getattr(error, "filename", None) else ""
-    kept = session.saved_env_steps if session is not None else None
-    state = (f"the run can go on from its checkpoint at {kept:,} env steps per seed" if kept
+    kept = session.saved_updates if session is not None else None
+    state = (f"the run can go on from its checkpoint at {session.records.done_text(kept)}" if kept
              else "the run can start over from its saved config")
-    return f"writing to {out} failed: {os_reason(error)}{where}; {state}: fix that, then `sparqrl train --resume {out}`"
+    return f"writing to {out} failed: {os_reason(error)}{where}; {state}: fix that, then `{go_on}`"
 
 
 class _Session:
-    def __init__(self, rundir: RunDir, run: RunConfig, algo_name: str, driver: Driver, stop: StopRequests,
+    def __init__(self, rundir: RunDir, run: RunConfig, driver: Driver, records: Records, stop: StopRequests,
                  on_chunk: ChunkHook | None):
-        self.rundir, self.run, self.algo_name, self.driver, self.stop = rundir, run, algo_name, driver, stop
+        self.rundir, self.run, self.driver, self.records, self.stop = rundir, run, driver, records, stop
         self.on_chunk = on_chunk
         self.meter = EnergyMeter(rundir.path, run.country, run.energy)
         self.checkpointer: Checkpointer | None = None
-        self.logger: RunLogger | None = None
         self.latest: tuple[int, int, Any] | None = None  # (chunks, updates, state) of the last logged chunk
         self.saved_updates: int | None = None  # of the newest checkpoint (this session's or restored)
         self.prior = {"wall_time_s": 0.0, "compile_time_s": 0.0}
         self.wall_start = time.perf_counter()
         self.steady = SteadyRate()
         self.last_save = self.wall_start  # periodic checkpoints: at least run.checkpoint_interval_s apart
-
-    @property
-    def saved_env_steps(self) -> int | None:
-        return None if self.saved_updates is None else self.saved_updates * self.driver.env_steps_per_update
 
     def elapsed(self) -> float:
         return self.prior["wall_time_s"] + time.perf_counter() - self.wall_start
@@ -268,22 +299,22 @@ class _Session:
         self.last_save = time.perf_counter()
 
     def save_on_interrupt(self) -> int | None:
-        """Checkpoint where the run stopped (unless saved there already); the env steps per seed saved."""
+        """Checkpoint where the run stopped (unless saved there already); the updates saved."""
         if self.checkpointer is None:
-            return self.saved_env_steps
+            return self.saved_updates
         inside = self.driver.interrupted_state()
         if inside is not None and self.latest is not None and inside[0] > self.latest[1]:
             chunks, updates, state = self.latest[0], inside[0], inside[1]
         elif self.latest is not None:
             chunks, updates, state = self.latest
         else:
-            return self.saved_env_steps
+            return self.saved_updates
         if updates and updates != self.saved_updates:  # (the initial state is made again from the seed)
             try:
                 self.save(chunks, updates, state)
             except NonFiniteState:
                 pass  # the last finite checkpoint stays
-        return self.saved_env_steps
+        return self.saved_updates
 
     def restore(self) -> tuple[Any, int, int] | None:
         """(state, chunks done, updates done) of the newest intact checkpoint, or None (no checkpoint:
@@ -309,17 +340,14 @@ class _Session:
     def execute(self, resuming: bool) -> dict:
         driver, run, stop = self.driver, self.run, self.stop
         self.rundir.claim("emissions.csv")  # (claimed before codecarbon may write it)
-        self.checkpointer = Checkpointer(self.rundir.claim("checkpoint"))
+        self.checkpointer = Checkpointer(self.rundir.claim("checkpoint"), finite=self.records.finite)
         restored = self.restore() if resuming else None  # verified before anything compiles
         stop.check()
         driver.build()
         stop.check()
         state, done_chunks, updates_done = restored if restored is not None else (driver.init_state(), 0, 0)
         self.latest = (done_chunks, updates_done, state)
-        self.rundir.claim("metrics.csv")
-        self.rundir.claim("tensorboard")
-        self.logger = RunLogger(self.rundir.path, resume_chunk=done_chunks if resuming else None,
-                                resume_step=updates_done * driver.env_steps_per_update + 1 if resuming else None)
+        self.records.open(self.rundir, done_chunks, updates_done, resuming)
         bounds = driver.bounds
         steps_per_seed = bounds[-1] * driver.env_steps_per_update
         session_start = (updates_done * driver.env_steps_per_update, self.training_clock())
@@ -328,10 +356,9 @@ class _Session:
         # instead of delaying compilation (which it slowed by as much, started beside it) or the first
         # progress line. What it measures therefore starts with training (README, "Energy").
         self.meter.start_in_background()
-        eval_returns = None
         progress = make_progress(run.progress)
         with progress:
-            task = progress.add_task(f"{self.algo_name} {run.env}", total=steps_per_seed, sps=0.0, ret="-")
+            task = progress.add_task(self.records.label(), total=steps_per_seed, sps=0.0, ret="-")
             progress.update(task, completed=session_start[0])
             for chunk in range(done_chunks, len(bounds)):
                 stop.check()
@@ -339,25 +366,21 @@ class _Session:
                 env_step = bounds[chunk] * driver.env_steps_per_update
                 self.steady.chunk_done(env_step * driver.members, self.training_clock())
                 is_last = chunk == len(bounds) - 1
-                if is_last or (run.eval_every and (chunk + 1) % run.eval_every == 0):
-                    eval_returns = driver.evaluate(state)
-                    per_seed["eval_return"] = eval_returns.mean(axis=1)
-                self.logger.log(chunk + 1, env_step, self.elapsed(), per_seed)
-                self._check_finite(chunk, per_seed)
+                shown = self.records.chunk(chunk, env_step, self.elapsed, state, per_seed)
+                if self.records.finite:
+                    self._check_finite(chunk, per_seed)
                 # Only a logged chunk may be checkpointed on Ctrl-C: a resume truncates the CSV to its
                 # checkpoint, so a row past it is redone, but a row missing before it would be lost.
                 self.latest = (chunk + 1, bounds[chunk], state)  # one assignment: an interrupt sees a consistent triple
                 seconds = max(self.training_clock() - session_start[1], 1e-9)
                 rate = (env_step - session_start[0]) * driver.members / seconds
-                progress.update(task, completed=env_step, sps=rate, ret=_fmt_return(per_seed))
+                progress.update(task, completed=env_step, sps=rate, ret=shown)
                 due = (chunk + 1) % run.checkpoint_every == 0
                 if is_last or (due and time.perf_counter() - self.last_save >= run.checkpoint_interval_s):
                     self._save_checked(chunk, state)
                 if self.on_chunk is not None:
                     self.on_chunk(chunk + 1, {"env_step": env_step, **per_seed})
-        if eval_returns is None:  # resumed after the last checkpoint, before the summary was written
-            eval_returns = driver.evaluate(state)
-        return self._finish(eval_returns, steps_per_seed)
+        return self._finish(state)
 
     def _check_finite(self, chunk: int, per_seed: dict[str, np.ndarray]) -> None:
         for name, values in per_seed.items():
@@ -375,50 +398,95 @@ class _Session:
 
     def _fail_non_finite(self, chunk: int, what: str) -> None:
         first = self.driver.bounds[chunk - 1] + 1 if chunk else 1
-        kept = self.saved_env_steps
+        kept = self.saved_updates
         raise RunFailed(
             f"training diverged in chunk {chunk + 1} (updates {first}-{self.driver.bounds[chunk]}): {what}; "
-            + (f"the last finite checkpoint ({kept:,} env steps per seed) is kept" if kept is not None
+            + (f"the last finite checkpoint ({self.records.done_text(kept)}) is kept" if kept is not None
                else "no checkpoint was written")
             + "; lower the learning rate or check the reward scale")
 
-    def _finish(self, eval_returns: np.ndarray, steps_per_seed: int) -> dict:
-        wall = self.elapsed()
-        energy = self.meter.stop()
-        final = eval_returns.mean(axis=1)
-        excluded = self.compile_time() + self.driver.startup_s
-        summary = {
-            "algo": self.algo_name,
-            "env": self.run.env,
-            "steps": steps_per_seed,
-            "seeds": self.run.seeds,
-            "final_return_mean": float(final.mean()),
-            "final_return_std": float(final.std()),
-            "final_return_per_seed": [float(x) for x in final],
-            "eval_episodes": self.run.eval_episodes,
-            "wall_time_s": wall,
-            "env_steps_per_s": steps_per_seed * self.driver.members / max(wall - excluded, 1e-9),
-            "steady_env_steps_per_s": self.steady.rate(),
-            "compile_time_s": self.compile_time(),
-            "device": device_name(),
-            **self.driver.summary(),
-            **energy,
-        }
-        summary.update(self.driver.finish(self.rundir, final))
-        out = self.rundir.path
-        plot_returns(out / "metrics.csv", self.rundir.claim("returns.png"),
-                     f"{self.algo_name} on {self.run.env}, {self.run.seeds} seed(s)")
+    def _finish(self, state: Any) -> dict:
+        totals = Totals(self.elapsed(), self.compile_time(), self.steady.rate(), self.meter.stop())
+        summary = self.records.finish(self.rundir, state, totals)
         self.rundir.write_text(SUMMARY, json.dumps(summary, indent=2))  # last: its presence means finished
         return summary
 
     def close(self) -> None:
         self.meter.stop()  # idempotent and never raises
-        for closer in (self.logger, self.checkpointer):
+        for closer in (self.records, self.checkpointer):
             if closer is not None:
                 try:
                     closer.close()
                 except Exception:  # noqa: BLE001 - closing after a failed write must not hide the failure
                     pass
+
+
+class TrainRecords:
+    """A train run's records: metrics.csv and TensorBoard per chunk (`RunLogger`), the deterministic policy's
+    evaluation every `run.eval_every` chunks and at the end, returns.png and the summary."""
+
+    resume_command = "sparqrl train --resume"
+    finite = True
+
+    def __init__(self, run: RunConfig, algo_name: str, driver: TrainDriver):
+        self.run, self.algo_name, self.driver = run, algo_name, driver
+        self.logger: RunLogger | None = None
+        self.eval_returns: np.ndarray | None = None  # the last evaluation's [seeds, episodes]
+
+    def label(self) -> str:
+        return f"{self.algo_name} {self.run.env}"
+
+    def done_text(self, updates: int) -> str:
+        return f"{updates * self.driver.env_steps_per_update:,} env steps per seed"
+
+    def open(self, rundir: RunDir, chunks_done: int, updates_done: int, resuming: bool) -> None:
+        rundir.claim("metrics.csv")
+        rundir.claim("tensorboard")
+        self.logger = RunLogger(rundir.path, resume_chunk=chunks_done if resuming else None,
+                                resume_step=updates_done * self.driver.env_steps_per_update + 1 if resuming else None)
+
+    def chunk(self, chunk: int, env_step: int, elapsed: Callable[[], float], state: Any,
+              per_seed: dict[str, Any]) -> str:
+        """Evaluates where due (adding eval_return to `per_seed`), then logs the chunk."""
+        if chunk == len(self.driver.bounds) - 1 or (self.run.eval_every and (chunk + 1) % self.run.eval_every == 0):
+            self.eval_returns = self.driver.evaluate(state)
+            per_seed["eval_return"] = self.eval_returns.mean(axis=1)
+        assert self.logger is not None
+        self.logger.log(chunk + 1, env_step, elapsed(), per_seed)
+        return _fmt_return(per_seed)
+
+    def finish(self, rundir: RunDir, state: Any, totals: Totals) -> dict[str, Any]:
+        if self.eval_returns is None:  # resumed after the last checkpoint, before the summary was written
+            self.eval_returns = self.driver.evaluate(state)
+        driver, run = self.driver, self.run
+        final = self.eval_returns.mean(axis=1)
+        steps_per_seed = driver.bounds[-1] * driver.env_steps_per_update
+        excluded = totals.compile_time_s + driver.startup_s
+        summary = {
+            "algo": self.algo_name,
+            "env": run.env,
+            "steps": steps_per_seed,
+            "seeds": run.seeds,
+            "final_return_mean": float(final.mean()),
+            "final_return_std": float(final.std()),
+            "final_return_per_seed": [float(x) for x in final],
+            "eval_episodes": run.eval_episodes,
+            "wall_time_s": totals.wall_time_s,
+            "env_steps_per_s": steps_per_seed * driver.members / max(totals.wall_time_s - excluded, 1e-9),
+            "steady_env_steps_per_s": totals.steady_env_steps_per_s,
+            "compile_time_s": totals.compile_time_s,
+            "device": device_name(),
+            **driver.summary(),
+            **totals.energy,
+        }
+        summary.update(driver.finish(rundir, final))
+        plot_returns(rundir.path / "metrics.csv", rundir.claim("returns.png"),
+                     f"{self.algo_name} on {run.env}, {run.seeds} seed(s)")
+        return summary
+
+    def close(self) -> None:
+        if self.logger is not None:
+            self.logger.close()
 
 
 class SteadyRate:
