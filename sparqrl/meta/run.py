@@ -482,24 +482,27 @@ class MetaDriver:
         self._program: Any = None
         self._state: Any = None
 
+    def _shapes(self) -> Any:
+        return jax.eval_shape(lambda: init_state(self.prepared))
+
     def abstract_state(self) -> Any:
         sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        shapes = jax.eval_shape(lambda: init_state(self.prepared))
-        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), self._shapes())
 
     def build(self) -> None:
         """Compile ahead of time, so compile time is measured apart from the generations."""
         start = time.perf_counter()
         config = self.prepared.config
         program = jax.jit(generation_program(self.prepared.task, self.prepared.strategy, config.seeds, self.devices))
-        self._program = program.lower(generation_key(config.seed, 0), self.abstract_state()).compile()
+        # placed by the program: its population may be split over devices (`population_devices`)
+        self._program = program.lower(generation_key(config.seed, 0), self._shapes()).compile()
         self.compile_time_s += time.perf_counter() - start
 
     def init_state(self) -> Any:
         return init_state(self.prepared)
 
     def start(self, state: Any, updates_done: int, stop: Any) -> None:
-        self._state = state
+        self._state = jax.device_get(state)  # a restored state is committed to one device; the program places it
 
     def run_chunk(self, chunk: int) -> tuple[Any, dict[str, Any]]:
         """Generation `chunk` (0-based); its values: fitness.csv's columns but the generation, env steps, time."""
