@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 
+from conftest import train_as_users_do
 from sparqrl.algos import impala
 from sparqrl.algos.base import Step
 from sparqrl.config import ConfigError
@@ -60,12 +61,10 @@ def test_loss_matches_numpy():
 
 
 def test_impala_learns_cartpole_on_device(tmp_path):
-    """The defaults (8 envs x 20 steps, the IMPALA paper's unroll; Adam 2e-3), 500k steps, 2 seeds: the issue's goal (>= 400)."""
-    run = RunConfig(env="CartPole-v1", seeds=2, out=str(tmp_path / "run"), chunks=2, eval_every=0, progress=False,
-                    energy=False)
-    summary = train("impala", impala.Config(), run)
-    print(f"IMPALA on device: {summary['final_return_per_seed']}")
-    assert summary["final_return_mean"] >= 400.0
+    """The defaults (8 envs x 20 steps, the IMPALA paper's unroll and gradient clip 40; Adam 4e-3 annealed,
+    entropy 0.003), 500k steps, through `sparqrl train --seeds 2` over 2 CPU devices: every seed >= 400."""
+    summary = train_as_users_do(tmp_path / "run", "impala", "CartPole-v1")
+    assert min(summary["final_return_per_seed"]) >= 400.0, summary["final_return_per_seed"]
 
 
 def test_impala_learns_cartpole_on_the_host(tmp_path):
