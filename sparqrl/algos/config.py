@@ -9,15 +9,28 @@ stay here; tyro finds the docstring up the class hierarchy). Its `validate` call
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from sparqrl.config import check_ints, in_range, in_unit_interval, is_int, one_of, positive, positive_int, require
+import tyro
+
+from sparqrl.config import (
+    check_ints, fail, in_range, in_unit_interval, is_int, is_number, one_of, positive, positive_int, require,
+)
 from sparqrl.envs import Box, Discrete
 
 # Kept as a Literal here (not imported from sparqrl.nets) so that reading a config, e.g. for the CLI's
 # help, does not import flax. The names are keys of `sparqrl.nets.modules.ACTIVATIONS` (a test checks).
 Activation = Literal["relu", "tanh"]
 Torso = Literal["auto", "mlp"]
+
+# The sparse choices as Literals, so tyro's help and `--set` parsing list them; they match `sparse.ALLOCATIONS`
+# and `sparse.INIT_METHODS` (a test checks that they stay in step).
+SparseMethod = Literal["dense", "tiny", "ss", "set", "rigl", "rlx2"]
+Allocation = Literal["er", "uniform"]
+InitMask = Literal["magnitude", "random"]
+
+TOPOLOGY = {"ss": "static", "set": "set", "rigl": "rigl", "rlx2": "rigl"}
+"""The `sparse.TopologySchedule` method of each masked sparse method."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +53,91 @@ class AlgoConfig:
     activation: Activation = "relu"
     """Hidden-layer activation."""
 
+    # ---- sparse training (`sparqrl.sparse`; RLx2, Tan et al. 2023; SET; RigL) ----------------------
+    # Which methods an algorithm offers, and why it refuses the others (one line of the ConfigError).
+    SPARSE_METHODS: ClassVar[tuple[str, ...]] = ("dense", "ss", "set", "rigl")
+    SPARSE_REFUSED: ClassVar[str] = "rlx2 needs a replay buffer (dqn, td3, sac) and tiny is td3/sac's baseline"
+    # The networks with their own sparsity field; () for one shared network, which takes `sparsity` alone.
+    SPARSE_NETWORKS: ClassVar[tuple[str, ...]] = ("actor", "critic")
+
+    sparse: Annotated[SparseMethod, tyro.conf.arg(aliases=("--sparse",))] = "dense"
+    """Network training method: dense; ss (static sparse: the initial ER/magnitude mask never changes); set
+    (drop by |w|, grow at random); rigl (drop by |w|, grow by |dense gradient|); rlx2 (RigL + RLx2's delayed
+    multi-step target, + its dynamic-capacity buffer for td3/sac); tiny (td3/sac: a dense network with the
+    sparse one's weight count)."""
+
+    sparsity: Annotated[float | None, tyro.conf.arg(aliases=("--sparsity",))] = None
+    """Fraction of weights pruned, in [0, 1), of every network whose own sparsity is unset (of the Q-network
+    for dqn). Must be None or 0 with sparse=dense."""
+
+    actor_sparsity: Annotated[float | None, tyro.conf.arg(aliases=("--actor-sparsity",))] = None
+    """Fraction of actor weights pruned, in [0, 1) (tiny: the budget it matches); None: `sparsity`, else
+    (td3/sac) the paper's value for the environment. Must be None or 0 with sparse=dense."""
+
+    critic_sparsity: Annotated[float | None, tyro.conf.arg(aliases=("--critic-sparsity",))] = None
+    """Fraction of critic weights pruned (both twins for td3/sac), in [0, 1); None: as actor_sparsity."""
+
+    topology_interval: int = 1_000
+    """ΔT: a network's optimizer steps (its scheduler calls) between topology updates."""
+
+    drop_fraction: float = 0.5
+    """ζ₀: fraction of active weights dropped and regrown per topology update, cosine-decayed to 0 at the
+    end of the run (RLx2: 0.5)."""
+
+    sparse_allocation: Allocation = "er"
+    """Per-layer allocation of each network's sparsity: er (Erdős–Rényi, RLx2) or uniform."""
+
+    init_mask: InitMask = "magnitude"
+    """Initial mask: magnitude (largest |w| of the dense init, RLx2's code) or random."""
+
+    reset_moments_on_grow: bool = False
+    """Zero Adam's moments where a topology update changed the mask (the reference leaves them)."""
+
+    skip_step_on_topology_update: bool = True
+    """Skip a network's optimizer step on its topology-update iterations, as the reference code does."""
+
+    @property
+    def masked(self) -> bool:
+        """Whether the networks carry masks (ss, set, rigl, rlx2)."""
+        return self.sparse in TOPOLOGY
+
+    def network_sparsity(self, network: str) -> float | None:
+        """The sparsity given for `network` ('actor', 'critic'; '' for a shared network): its own field, else
+        `sparsity`; None if neither is set."""
+        own = getattr(self, f"{network}_sparsity") if network else None
+        return own if own is not None else self.sparsity
+
+    def required_sparsity(self, network: str = "") -> float:
+        """`network_sparsity`, which a masked method needs (ConfigError naming the flags if unset); 0 if dense."""
+        value = self.network_sparsity(network)
+        if not self.masked:
+            return 0.0
+        if value is None:
+            field = f"{network}_sparsity" if network else "sparsity"
+            fail(field, None, f"must be given with sparse={self.sparse}: pass --sparsity"
+                 + (f" or --{network}-sparsity" if network else ""))
+        return float(value)
+
+    def check_sparse(self) -> None:
+        """The sparse fields: a method this algorithm offers, sparsities in [0, 1) (0 or unset when dense)
+        and only for networks it has, and the topology schedule's values."""
+        require(self.sparse in self.SPARSE_METHODS, "sparse", self.sparse,
+                f"must be one of {', '.join(self.SPARSE_METHODS)} for this algorithm ({self.SPARSE_REFUSED})")
+        for name in ("sparsity",) + tuple(f"{n}_sparsity" for n in ("actor", "critic")):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            require(is_number(value), name, value, "must be a number in [0, 1)")
+            in_unit_interval(name, value, closed_right=False)
+            require(self.sparse != "dense" or value == 0, name, value,
+                    f"must be unset or 0 with sparse=dense; choose --sparse {' or '.join(self.SPARSE_METHODS[1:])}")
+            require(name == "sparsity" or name.split("_")[0] in self.SPARSE_NETWORKS, name, value,
+                    "this algorithm has one network: set its sparsity with --sparsity")
+        positive_int("topology_interval", self.topology_interval)
+        in_unit_interval("drop_fraction", self.drop_fraction)
+        one_of("sparse_allocation", self.sparse_allocation, get_args(Allocation))
+        one_of("init_mask", self.init_mask, get_args(InitMask))
+
     def check_fields(self) -> None:
         """Raise a `ConfigError` for a bad shared field, and for any int field (the subclass's too) that
         holds no integer: the checks every algorithm's `validate` starts with."""
@@ -50,6 +148,7 @@ class AlgoConfig:
         require(len(self.hidden) > 0 and all(is_int(w) and w > 0 for w in self.hidden),
                 "hidden", self.hidden, "must be a non-empty tuple of positive ints")
         one_of("activation", self.activation, get_args(Activation))
+        self.check_sparse()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,8 @@ Parts, each a small set of pure functions:
 * `trainer`    — ``NetTraining``: one network's optimizer + sparsity + schedule (init, step,
                  masked Polyak, counts), the one entry point algorithms use; ``matching_width``
                  for the Tiny baseline.
+* `transform`  — ``transform(training)``: the same as one optax transformation whose state also counts
+                 its calls and holds SET's key (``init_transform``), for learners with a plain optax update.
 * `accounting` — parameter counts, size ratio, training/inference FLOPs ratios (RLx2 Table 2).
 
 Bad values (sparsity outside [0, 1), unknown allocation/init/method names, bad schedule fields)
@@ -63,6 +65,7 @@ from sparqrl.sparse.optim import (
 )
 from sparqrl.sparse.paths import is_any_kernel, is_dense_kernel, path_str, sparse_leaves
 from sparqrl.sparse.trainer import NetTraining, matching_width
+from sparqrl.sparse.transform import ScheduledState, init_transform, transform
 from sparqrl.sparse.topology import (
     TOPOLOGY_METHODS,
     TopologySchedule,
@@ -83,6 +86,7 @@ __all__ = [
     "MaskedState",
     "NetTraining",
     "ParamCount",
+    "ScheduledState",
     "SparseStep",
     "TopologySchedule",
     "WeightCount",
@@ -102,6 +106,7 @@ __all__ = [
     "global_sparsity",
     "inference_flops_ratio",
     "init_masks",
+    "init_transform",
     "is_any_kernel",
     "is_dense_kernel",
     "is_sparse",
@@ -122,6 +127,7 @@ __all__ = [
     "top_k_mask",
     "topology_step",
     "train_flops_ratio",
+    "transform",
     "uniform_sparsities",
     "update_topology",
 ]

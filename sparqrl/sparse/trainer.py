@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import optax
 
 from sparqrl.sparse.accounting import ParamCount, count_params
-from sparqrl.sparse.allocation import allocate, check_allocation, check_sparsity
+from sparqrl.sparse.allocation import Sparsity, allocate, check_allocation, check_sparsity
 from sparqrl.sparse.masks import MaskTree, Params, check_init_method, global_sparsity, init_masks, masked_polyak
 from sparqrl.sparse.optim import SparseStep, apply_gradients, get_masks, masked
 from sparqrl.sparse.topology import TopologySchedule
@@ -39,8 +39,9 @@ class NetTraining:
 
     inner: optax.GradientTransformation
     """The optimizer of the active weights (e.g. optax.adam(3e-4))."""
-    sparsity: float = 0.0
-    """Fraction of the network's weights pruned (0: dense, no masks)."""
+    sparsity: float | tuple[tuple[str, float], ...] = 0.0
+    """Fraction of the network's weights pruned (0: dense, no masks), or ``((regex, fraction), ...)``
+    groups of one parameter tree solved separately (e.g. the actor and critic of one ActorCritic)."""
     schedule: TopologySchedule = TopologySchedule(method="static")
     """When and how the topology changes; method 'static' is static sparse training (SS)."""
     allocation: str = "er"
@@ -49,13 +50,24 @@ class NetTraining:
     """Initial mask: 'magnitude' (largest |w| of the dense init, RLx2's code) or 'random'."""
 
     def __post_init__(self) -> None:
-        check_sparsity(self.sparsity)
+        groups = self.groups
+        if isinstance(groups, dict):
+            for pattern, value in groups.items():
+                check_sparsity(value, f"sparsity[{pattern!r}]")
+        else:
+            check_sparsity(groups)
         check_allocation(self.allocation)
         check_init_method(self.init_method)
 
     @property
+    def groups(self) -> Sparsity:
+        """`sparsity` as `sparse.allocate` takes it: a float, or a {regex: fraction} dict."""
+        return dict(self.sparsity) if isinstance(self.sparsity, tuple) else self.sparsity
+
+    @property
     def is_sparse(self) -> bool:
-        return self.sparsity > 0.0
+        groups = self.groups
+        return any(v > 0.0 for v in groups.values()) if isinstance(groups, dict) else groups > 0.0
 
     @property
     def tx(self) -> optax.GradientTransformation:
@@ -66,7 +78,7 @@ class NetTraining:
         """Sparsify freshly initialised `params` (if sparse) and build the optimizer state. Jittable."""
         if not self.is_sparse:
             return params, self.inner.init(params)
-        params, masks = init_masks(key, params, self.sparsity, allocation=self.allocation, method=self.init_method)
+        params, masks = init_masks(key, params, self.groups, allocation=self.allocation, method=self.init_method)
         return params, masked(self.inner, masks).init(params)
 
     def step(
@@ -101,7 +113,7 @@ class NetTraining:
         allocation fixes every layer's active count, and topology updates never change it."""
         if not self.is_sparse:
             return count_params(params)
-        allocation = allocate(params, self.sparsity, self.allocation)
+        allocation = allocate(params, self.groups, self.allocation)
         return count_params(params, active={a.path: a.n_active for a in allocation})
 
 

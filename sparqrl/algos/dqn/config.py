@@ -24,6 +24,11 @@ class Config(AdamConfig):
     # Fields the compiled program takes as traced inputs (`algos.base`): a sweep or an evolved
     # population varies them inside one program. Every other field is static.
     TRACED: ClassVar[tuple[str, ...]] = ("lr", "epsilon_start", "epsilon_finish", "tau", "gamma")
+    # Sparse training of the one Q-network (`--sparsity`). rlx2 for DQN is its RigL topology at that sparsity
+    # (RLx2's dynamic buffer measures a continuous policy's action distance: td3/sac only).
+    SPARSE_METHODS: ClassVar[tuple[str, ...]] = ("dense", "ss", "set", "rigl", "rlx2")
+    SPARSE_REFUSED: ClassVar[str] = "tiny is td3/sac's baseline"
+    SPARSE_NETWORKS: ClassVar[tuple[str, ...]] = ()
 
     # Shared fields (`sparqrl.algos.config`) with DQN's defaults; one update steps every env once.
     num_envs: int = 10

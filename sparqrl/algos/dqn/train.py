@@ -38,8 +38,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from sparqrl import replay
-from sparqrl.algos import replay_learner
+from sparqrl import replay, sparse
+from sparqrl.algos import replay_learner, sparsify
 from sparqrl.algos.base import (
     Acting, ActorLearner, Algorithm, Step, clipped_adam, has_tracers, make_hparams_train_fn, on_device, per_step,
 )
@@ -142,11 +142,14 @@ def epsilon_greedy(q: jax.Array, epsilon: jax.Array, explore_key: jax.Array, ran
     return jnp.where(explore, random_action, greedy)
 
 
-def make_optimizer(config: Config) -> optax.GradientTransformation:
+def make_training(config: Config) -> sparse.NetTraining:
+    """The Q-network's Adam, masked and scheduled when `config.sparse` is (`sparse.transform` makes it one
+    optax transformation)."""
     lr: float | optax.Schedule = config.lr
     if config.anneal_lr:
         lr = optax.linear_schedule(config.lr, 0.0, max(config.num_gradient_steps, 1))
-    return clipped_adam(lr, config.max_grad_norm if config.max_grad_norm > 0 else None)
+    adam = clipped_adam(lr, config.max_grad_norm if config.max_grad_norm > 0 else None)
+    return sparsify.learner_training(config, adam, config.num_gradient_steps)
 
 
 def gradient_steps_due(config: Config, env_steps_tm1: jax.Array, env_steps_t: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -288,15 +291,16 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
     _check_observations(spec, stacked)
     num_envs, capacity = config.num_envs, config.replay_capacity
     network = _q_network(config, spec)
-    optimizer = make_optimizer(config)
-    update = make_update(config, network, optimizer)
+    training = make_training(config)
+    update = make_update(config, network, sparse.transform(training))
     grad_slots = config.max_gradient_steps_per_update
     unroll = stacked and jax.default_backend() == "cpu"  # a CNN's gradient in a loop is slow on CPU (per_step)
     epsilon = epsilon_schedule(config)
 
     def init(key: jax.Array) -> LearnerState:
         key, net_key = jax.random.split(key)
-        params = network.init(net_key, jnp.zeros(spec.observation_shape, jnp.float32))
+        params, opt_state = sparse.init_transform(
+            training, net_key, network.init(net_key, jnp.zeros(spec.observation_shape, jnp.float32)))
         example, ring = _example_transition(obs_shape), None
         if stacked:
             example = FrameTransition(jnp.zeros((obs_shape[-1] + 1,), jnp.int32), *example[1:3], example.terminated)
@@ -304,7 +308,7 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
         return LearnerState(
             params=params,
             target_params=jax.tree.map(jnp.copy, params),  # its own buffers: `learn` may be donated
-            opt_state=optimizer.init(params),
+            opt_state=opt_state,
             buffer=prioritized.init(example, capacity) if config.prioritized else replay.init(example, capacity),
             key=key,
             env_steps=jnp.zeros((), jnp.int32),
@@ -354,6 +358,8 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
         init=init, learn=learn, policy=policy, acting=make_acting(config, spec), num_envs=num_envs,
         steps_per_env=config.num_updates,
         for_fragments=(lambda t: make_actor_learner(config, spec, t)) if stacked else None,
+        summary=sparsify.learner_summary(config, training, jax.eval_shape(
+            network.init, jax.random.key(0), jnp.zeros(spec.observation_shape, jnp.float32)), stored=("q",)),
     )
 
 

@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from sparqrl import sparse
+from sparqrl.algos import sparsify
 from sparqrl.algos.actor_critic import PolicyParams, make_acting
 from sparqrl.algos.base import (
     ActorLearner, Algorithm, Step, clipped_adam, has_tracers, make_hparams_train_fn, on_device,
@@ -66,14 +68,16 @@ def make_actor_learner(config: Config, env: Any) -> ActorLearner:
     network = ActorCritic(action_dim=action_dim(env), discrete=is_discrete(env), obs_shape=obs_shape,
                           hidden=tuple(config.hidden), activation=config.activation, torso=config.torso)
     learning_rate = optax.linear_schedule(config.lr, 0.0, config.num_updates) if config.anneal_lr else config.lr
-    optimizer = clipped_adam(learning_rate, config.max_grad_norm, eps=1e-5)
+    training = sparsify.learner_training(config, clipped_adam(learning_rate, config.max_grad_norm, eps=1e-5),
+                                         config.num_updates)
+    optimizer = sparse.transform(training)
     def init_params(key: jax.Array) -> Any:
         return network.init(key, jnp.zeros((1, *obs_shape), jnp.float32))
 
     def init(key: jax.Array) -> Learner:
         key, params_key = jax.random.split(key)
-        params = init_params(params_key)
-        return Learner(params, optimizer.init(params), key, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+        params, opt_state = sparse.init_transform(training, params_key, init_params(params_key))
+        return Learner(params, opt_state, key, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
 
     def loss_fn(params: Any, steps: Step) -> tuple[jax.Array, dict[str, jax.Array]]:
         obs = jnp.asarray(steps.obs, jnp.float32)
@@ -95,7 +99,8 @@ def make_actor_learner(config: Config, env: Any) -> ActorLearner:
 
     return ActorLearner(init=init, learn=learn, policy=policy, acting=make_acting(network, env, False, None),
                         num_envs=config.num_envs, steps_per_env=config.num_updates * config.num_steps,
-                        fragment_steps=config.num_steps)
+                        fragment_steps=config.num_steps,
+                        summary=sparsify.learner_summary(config, training, jax.eval_shape(init_params, jax.random.key(0))))
 
 
 def make_algorithm(config: Config, env: Env) -> Algorithm:

@@ -26,24 +26,18 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Annotated, ClassVar, Literal, get_args
+from typing import ClassVar, Literal, get_args
 
-import tyro
-
-from sparqrl.algos.config import AlgoConfig
+from sparqrl.algos.config import TOPOLOGY, AlgoConfig, Allocation, InitMask, SparseMethod
 from sparqrl.config import auto, fail, in_unit_interval, is_number, one_of, positive, positive_int, require
 from sparqrl.replay.dynamic import validate_replay
 
-# The choices as Literals, so tyro's help and `--set` parsing list them; they match `dynamic.ShrinkRule`,
-# `dynamic.Distance`, `sparse.ALLOCATIONS` and `sparse.INIT_METHODS` (a test checks that they stay in step).
+__all__ = ["TOPOLOGY", "Allocation", "InitMask", "OffPolicyConfig", "SparseMethod", "paper_env"]
+
+# The choices as Literals, so tyro's help and `--set` parsing list them; they match `dynamic.ShrinkRule` and
+# `dynamic.Distance` (a test checks that they stay in step). The sparse ones are shared (`algos.config`).
 ShrinkRule = Literal["tenth", "until_below"]
 Distance = Literal["half_mse", "l2"]
-SparseMethod = Literal["dense", "tiny", "ss", "set", "rigl", "rlx2"]
-Allocation = Literal["er", "uniform"]
-InitMask = Literal["magnitude", "random"]
-
-TOPOLOGY = {"ss": "static", "set": "set", "rigl": "rigl", "rlx2": "rigl"}
-"""The `sparse.TopologySchedule` method of each masked sparse method."""
 
 Preset = tuple[float, float]
 """(actor sparsity, critic sparsity)."""
@@ -61,6 +55,7 @@ class OffPolicyConfig(AlgoConfig):
     """Fields common to TD3 and SAC; each algorithm's Config adds its own and its defaults."""
 
     PRESETS: ClassVar[dict[str, Preset]] = {}
+    SPARSE_METHODS: ClassVar[tuple[str, ...]] = get_args(SparseMethod)
 
     # Shared fields (`sparqrl.algos.config`) with RLx2's defaults: 3e6 env steps, 1 env, 256 x 256.
     total_timesteps: int = 3_000_000
@@ -114,34 +109,8 @@ class OffPolicyConfig(AlgoConfig):
     buffer_distance: Distance = "half_mse"
     """half_mse: ½·mean squared action error (reference code); l2: mean L2 norm (paper, Eq. 6; own threshold)."""
 
-    sparse: Annotated[SparseMethod, tyro.conf.arg(aliases=("--sparse",))] = "dense"
-    """Network training method: dense, tiny, ss, set, rigl or rlx2 (see the module docstring)."""
-
-    actor_sparsity: Annotated[float | None, tyro.conf.arg(aliases=("--actor-sparsity",))] = None
-    """Fraction of actor weights pruned, in [0, 1) (tiny: the budget it matches); None: the paper's
-    value for the environment. Must be None or 0 with sparse=dense."""
-
-    critic_sparsity: Annotated[float | None, tyro.conf.arg(aliases=("--critic-sparsity",))] = None
-    """Fraction of twin-critic weights pruned, in [0, 1); None: the paper's value for the environment."""
-
+    # Shared sparse field (`sparqrl.algos.config`) with RLx2's default ΔT of 10,000 training iterations.
     topology_interval: int = 10_000
-    """ΔT: a network's scheduler calls (its updates) between topology updates (RLx2: 10,000)."""
-
-    drop_fraction: float = 0.5
-    """ζ₀: fraction of active weights dropped and regrown per topology update, cosine-decayed to 0 at the
-    end of the run (RLx2: 0.5)."""
-
-    sparse_allocation: Allocation = "er"
-    """Per-layer allocation of each network's sparsity: er (Erdős–Rényi, RLx2) or uniform."""
-
-    init_mask: InitMask = "magnitude"
-    """Initial mask: magnitude (largest |w| of the dense init, RLx2's code) or random."""
-
-    reset_moments_on_grow: bool = False
-    """Zero Adam's moments where a topology update changed the mask (the reference leaves them)."""
-
-    skip_step_on_topology_update: bool = True
-    """Skip a network's optimizer step on its topology-update iterations, as the reference code does."""
 
     # ---- derived values (of a resolved config: see `validate`) --------------------------------
 
@@ -194,31 +163,23 @@ class OffPolicyConfig(AlgoConfig):
         """K of the dynamic buffer's policy distance."""
         return self.buffer_num_oldest or 8 * self.batch_size
 
-    @property
-    def masked(self) -> bool:
-        """Whether the networks carry masks (ss, set, rigl, rlx2)."""
-        return self.sparse in TOPOLOGY
-
     # ---- checks ---------------------------------------------------------------------------
 
     def _positive_ints(self) -> tuple[str, ...]:
-        return ("batch_size", "buffer_max_size", "buffer_min_size", "buffer_check_interval", "topology_interval")
+        return ("batch_size", "buffer_max_size", "buffer_min_size", "buffer_check_interval")
 
     def _positive_numbers(self) -> tuple[str, ...]:
         return ("actor_lr", "critic_lr", "buffer_threshold")
 
     def resolve_sparsity(self, env_name: str) -> Preset:
-        """(actor, critic) sparsities: the given ones, the preset's for `env_name`, or a ConfigError."""
+        """(actor, critic) sparsities: the given ones (`network_sparsity`), the preset's for `env_name`, or a
+        ConfigError (`check_sparse` has checked the given ones)."""
         if self.sparse == "dense":
-            for name in ("actor_sparsity", "critic_sparsity"):
-                value = getattr(self, name)
-                require(value in (None, 0, 0.0), name, value,
-                        "must be unset or 0 with sparse=dense; choose --sparse tiny, ss, set, rigl or rlx2")
             return 0.0, 0.0
         preset = self.PRESETS.get(paper_env(env_name))
         values = []
         for i, name in enumerate(("actor_sparsity", "critic_sparsity")):
-            value = getattr(self, name)
+            value = self.network_sparsity(name.split("_")[0])
             if value is None:
                 if preset is None:
                     fail(name, None, f"must be given for env {env_name!r}: the paper's presets cover only "
@@ -238,7 +199,6 @@ class OffPolicyConfig(AlgoConfig):
         for name in self._positive_numbers():
             require(isinstance(getattr(self, name), (int, float)), name, getattr(self, name), "must be a number")
             positive(name, getattr(self, name))
-        one_of("sparse", self.sparse, get_args(SparseMethod))
         actor_sparsity, critic_sparsity = self.resolve_sparsity(env_name)
         if self.nstep is not None:
             require(self.nstep >= 1, "nstep", self.nstep, "must be an int >= 1 (or None: by the sparse method)")
@@ -262,8 +222,5 @@ class OffPolicyConfig(AlgoConfig):
         in_unit_interval("nstep_delay_fraction", self.nstep_delay_fraction)
         one_of("buffer_shrink", self.buffer_shrink, get_args(ShrinkRule))
         one_of("buffer_distance", self.buffer_distance, get_args(Distance))
-        one_of("sparse_allocation", self.sparse_allocation, get_args(Allocation))
-        one_of("init_mask", self.init_mask, get_args(InitMask))
-        in_unit_interval("drop_fraction", self.drop_fraction)
         return resolved
 

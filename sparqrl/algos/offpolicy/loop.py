@@ -31,9 +31,9 @@ import numpy as np
 import optax
 
 from sparqrl import replay, returns, sparse
-from sparqrl.algos import replay_learner
+from sparqrl.algos import replay_learner, sparsify
 from sparqrl.algos.base import Acting, ActorLearner, Step, forward, per_step
-from sparqrl.algos.offpolicy.config import TOPOLOGY, OffPolicyConfig
+from sparqrl.algos.offpolicy.config import OffPolicyConfig
 from sparqrl.envs import action_dim
 from sparqrl.replay import dynamic, nstep
 
@@ -108,15 +108,7 @@ class Agent(NamedTuple):
 
 def net_training(config: OffPolicyConfig, sparsity: float, lr: float, t_end: int) -> sparse.NetTraining:
     """Adam for one network, masked and scheduled as the sparse method says (dense and tiny: plain)."""
-
-    if not config.masked or sparsity == 0.0:
-        return sparse.NetTraining(optax.adam(lr))
-    schedule = sparse.TopologySchedule(
-        method=TOPOLOGY[config.sparse], interval=config.topology_interval, t_end=max(t_end, 1),
-        zeta0=config.drop_fraction, reset_moments_on_grow=config.reset_moments_on_grow,
-        skip_step_on_update=config.skip_step_on_topology_update,
-    )
-    return sparse.NetTraining(optax.adam(lr), sparsity, schedule, config.sparse_allocation, config.init_mask)
+    return sparsify.net_training(config, optax.adam(lr), sparsity, t_end)
 
 
 def tiny_hidden(config: OffPolicyConfig, params_at: Callable[[tuple[int, ...]], Any], sparsity: float) -> tuple[int, ...]:

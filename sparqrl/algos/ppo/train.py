@@ -18,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from sparqrl import sparse
+from sparqrl.algos import sparsify
 from sparqrl.algos.actor_critic import PolicyParams, make_acting, sample_with_noise, sampling_noise
 from sparqrl.algos.base import (
     ActorLearner, Algorithm, Step, clipped_adam, episode_metrics, has_tracers, make_hparams_train_fn,
@@ -128,6 +130,12 @@ def make_optimizer(config: Config) -> optax.GradientTransformation:
     return clipped_adam(learning_rate, config.max_grad_norm, eps=1e-5)
 
 
+def make_training(config: Config) -> sparse.NetTraining:
+    """`make_optimizer`, masked and scheduled when `config.sparse` is: `sparse.transform` of it is the
+    learner's optimizer, `sparse.init_transform` its first parameters and state."""
+    return sparsify.learner_training(config, make_optimizer(config), config.num_optimizer_steps)
+
+
 def make_learn_batch(config: Config, network: ActorCritic, optimizer: optax.GradientTransformation,
                      meta_params: MetaParams | None = None, *, unroll: bool = False
                      ) -> Callable[[Learner, Batch, jax.Array], tuple[Learner, dict[str, jax.Array]]]:
@@ -207,7 +215,8 @@ def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | No
         activation=config.activation,
         torso=config.torso,
     )
-    optimizer = make_optimizer(config)
+    training = make_training(config)
+    optimizer = sparse.transform(training)
     if not discrete:
         action_low = np.asarray(env.action_space.low, np.float32)
         action_high = np.asarray(env.action_space.high, np.float32)
@@ -226,7 +235,7 @@ def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | No
         key, params_key, reset_key = jax.random.split(key, 3)
         obs, env_state = jax.vmap(env.reset)(jax.random.split(reset_key, config.num_envs))
         obs = obs.astype(jnp.float32)
-        params = init_params(params_key)
+        params, opt_state = sparse.init_transform(training, params_key, init_params(params_key))
         obs_stats = None
         if config.normalize_obs:
             obs_stats = running_stats_update(running_stats_init(tuple(env.observation_shape)), obs)
@@ -236,7 +245,7 @@ def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | No
             discounted_return = jnp.zeros((config.num_envs,), jnp.float32)
         return PPOState(
             params=params,
-            opt_state=optimizer.init(params),
+            opt_state=opt_state,
             env_state=env_state,
             obs=obs,
             key=key,
@@ -341,6 +350,7 @@ def make_algorithm(config: Config, env: Env, meta_params: MetaParams | dict | No
         env_steps_per_update=config.batch_size,
         num_updates=config.num_updates,
         sample=sample,
+        summary=sparsify.learner_summary(config, training, jax.eval_shape(init_params, jax.random.key(0))),
     )
 
 
@@ -388,8 +398,8 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
     discrete = is_discrete(spec)
     network = ActorCritic(action_dim=action_dim(spec), discrete=discrete, obs_shape=obs_shape,
                           hidden=tuple(config.hidden), activation=config.activation, torso=config.torso)
-    optimizer = make_optimizer(config)
-    learn_batch = make_learn_batch(config, network, optimizer, meta_params_for(config.objective, config.value_loss),
+    training = make_training(config)
+    learn_batch = make_learn_batch(config, network, sparse.transform(training), meta_params_for(config.objective, config.value_loss),
                                    unroll=cnn_kind(obs_shape, config.torso) is not None)
 
     def observe(obs_stats: RunningStats | None, obs: jax.Array) -> jax.Array:
@@ -401,10 +411,10 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
 
     def init(key: jax.Array) -> HostLearner:
         key, params_key = jax.random.split(key)
-        params = init_params(params_key)
+        params, opt_state = sparse.init_transform(training, params_key, init_params(params_key))
         return HostLearner(
             params=params,
-            opt_state=optimizer.init(params),
+            opt_state=opt_state,
             obs_stats=running_stats_init(obs_shape) if config.normalize_obs else None,
             return_stats=running_stats_init(()) if config.normalize_reward else None,
             key=key,
@@ -447,4 +457,5 @@ def make_actor_learner(config: Config, spec: Any) -> ActorLearner:
         acting=make_acting(network, spec, config.normalize_obs, config.gamma if config.normalize_reward else None),
         num_envs=config.num_envs, steps_per_env=config.num_updates * config.num_steps,
         fragment_steps=config.num_steps, on_policy=True,
+        summary=sparsify.learner_summary(config, training, jax.eval_shape(init_params, jax.random.key(0))),
     )
