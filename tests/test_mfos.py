@@ -24,14 +24,14 @@ NL_VS_NL = -1.98
 # The PPO trainer's pieces against NumPy
 
 
-def test_discounted_returns_match_numpy():
+def test_monte_carlo_returns_match_numpy():
     rewards = np.random.default_rng(0).normal(size=(7, 3)).astype(np.float32)
     expected = np.zeros_like(rewards)
     following = np.zeros(3, np.float32)
     for t in reversed(range(7)):
         following = rewards[t] + 0.9 * following
         expected[t] = following
-    np.testing.assert_allclose(mfos.discounted_returns(jnp.asarray(rewards), 0.9), expected, rtol=1e-5)
+    np.testing.assert_allclose(mfos.monte_carlo_returns(jnp.asarray(rewards), 0.9), expected, rtol=1e-5)
 
 
 @pytest.mark.parametrize("variance", ["softplus", "std"])
@@ -50,16 +50,17 @@ def test_gaussian_log_prob_and_entropy_match_numpy(variance):
 
 
 def test_ppo_loss_matches_numpy():
-    """Clipped surrogate with advantage = return - V (V held fixed), 0.5 MSE and the entropy bonus."""
+    """Clipped surrogate with advantage = return - V (V held fixed, not normalised again), 0.5 MSE and the
+    entropy bonus, through the library's PPO loss."""
     config = mfos.MfosConfig(hidden=8)
-    actor, critic = mfos.MLP(8, 2), mfos.MLP(8, 1)
+    actor, critic = mfos.OneHidden(8, 2), mfos.OneHidden(8, 1)
     obs = jax.random.uniform(jax.random.PRNGKey(0), (6, 2))
     params = {"actor": actor.init(jax.random.PRNGKey(1), obs), "critic": critic.init(jax.random.PRNGKey(2), obs)}
     action = jax.random.normal(jax.random.PRNGKey(3), (6, 1))
     old_log_prob = jax.random.normal(jax.random.PRNGKey(4), (6,)) - 1.0
     returns = jax.random.normal(jax.random.PRNGKey(5), (6,))
     batch = mfos.Played(obs, action, old_log_prob, jnp.zeros(6), jnp.zeros(6))
-    total, parts = mfos.ppo_loss(config, actor, critic, params, batch, returns)
+    total, parts = mfos.mfos_loss(config, actor, critic, params, batch, returns)
 
     out = np.asarray(actor.apply(params["actor"], obs), np.float64)
     value = np.asarray(critic.apply(params["critic"], obs), np.float64)[:, 0]
@@ -71,9 +72,29 @@ def test_ppo_loss_matches_numpy():
     surrogate = -np.mean(np.minimum(ratio * adv, np.clip(ratio, 0.8, 1.2) * adv))
     value_loss = np.mean((value - np.asarray(returns)) ** 2)
     entropy = np.mean(0.5 * np.sum(np.log(2 * np.pi * np.e * var), axis=1))
-    np.testing.assert_allclose(parts["policy_loss"], surrogate, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(parts["value_loss"], value_loss, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(parts.policy_loss, surrogate, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(parts.value_loss, 0.5 * value_loss, rtol=1e-4, atol=1e-5)  # the library's 0.5 MSE
+    np.testing.assert_allclose(parts.entropy, entropy, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(total, surrogate + 0.5 * value_loss - 0.01 * entropy, rtol=1e-4, atol=1e-5)
+
+
+def test_networks_are_initialised_as_the_documented_runs_were():
+    """The meta-policy, critic and mean network keep flax's default init and their layout, the output layer
+    'Dense_0' (built first): the documented results, the ES search space's leaf order and saved
+    best_meta_params.npz come from it (`nets.HeadMLP`, hidden layer first, would draw and order differently)."""
+    import flax.linen as nn
+
+    class Plain(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(3)(jnp.tanh(nn.Dense(8)(x)))
+
+    obs = jnp.ones((5,))
+    key = jax.random.PRNGKey(7)
+    expected = Plain().init(key, obs)
+    found = mfos.OneHidden(8, 3).init(key, obs)
+    assert found["params"]["Dense_0"]["kernel"].shape == (8, 3)
+    jax.tree.map(np.testing.assert_array_equal, found, expected)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -39,6 +39,8 @@ import jax.numpy as jnp
 import optax
 
 from sparqrl import config as cfg
+from sparqrl.algos.base import clipped_adam
+from sparqrl.algos.ppo import losses
 from sparqrl.envs import matrix
 from sparqrl.meta.strategies import GenerationOutput, TellMetrics
 from sparqrl.meta.tasks import MetaTask
@@ -99,7 +101,7 @@ class MfosConfig:
     ent_coef: float = 0.01
     """ppo: weight of the entropy bonus in the loss."""
     vf_coef: float = 0.5
-    """ppo: weight of the critic's value loss in the loss."""
+    """ppo: weight of the critic's mean squared error in the loss (the reference's 0.5)."""
     variance: str = "softplus"
     """ppo: softplus(raw) is the Gaussian's variance (the reference's quirk) or its std ('std')."""
     eval_games: int = 1024
@@ -141,8 +143,11 @@ def make_self_play_game(config: MfosConfig) -> matrix.SelfPlayGame:
                                rounds=config.rounds or None)
 
 
-class MLP(nn.Module):
-    """x -> Dense(hidden) -> tanh -> Dense(out): the reference's meta-policy, critic and mean network."""
+class OneHidden(nn.Module):
+    """x -> Dense(hidden) -> tanh -> Dense(out), flax's default init: the reference's meta-policy, critic and
+    mean network. Not `nets.HeadMLP`: here the output layer is 'Dense_0' and the hidden one 'Dense_1' (the
+    order they are built in), which fixes the init draw the documented results were reached with, the leaf
+    order of the ES search space and the layout of saved best_meta_params.npz."""
 
     hidden: int
     out: int
@@ -226,8 +231,8 @@ def policy_mean_fn(config: MfosConfig, action_dim: int) -> Callable[[Any, jax.Ar
     """params -> the deterministic inner policy (logits) of a trainer's centre: the ES mean network's
     output, or the PPO actor's mean."""
     if config.trainer == "es":
-        return MLP(config.hidden, action_dim).apply
-    actor = MLP(config.hidden, 2 * action_dim)
+        return OneHidden(config.hidden, action_dim).apply
+    actor = OneHidden(config.hidden, 2 * action_dim)
     return lambda params, obs: actor.apply(params, obs)[..., :action_dim]
 
 
@@ -270,7 +275,7 @@ def make_task(config: MfosConfig) -> MetaTask:
     env = make_meta_game(config)
     action_dim = env.action_space.shape[0]
     obs = jnp.zeros(env.observation_shape)
-    network = MLP(config.hidden, action_dim)
+    network = OneHidden(config.hidden, action_dim)
 
     def init(key: jax.Array | None) -> Any:
         key = jax.random.PRNGKey(0) if key is None else key
@@ -278,8 +283,8 @@ def make_task(config: MfosConfig) -> MetaTask:
             return jax.tree.map(jnp.zeros_like, network.init(key, obs))
         def agent(k: jax.Array) -> Any:
             actor_key, critic_key = jax.random.split(k)
-            return {"actor": MLP(config.hidden, 2 * action_dim).init(actor_key, obs),
-                    "critic": MLP(config.hidden, 1).init(critic_key, obs)}
+            return {"actor": OneHidden(config.hidden, 2 * action_dim).init(actor_key, obs),
+                    "critic": OneHidden(config.hidden, 1).init(critic_key, obs)}
 
         if config.opponent == SELF:
             return {name: agent(k) for name, k in zip(AGENTS, jax.random.split(key))}
@@ -309,40 +314,37 @@ def gaussian(config: MfosConfig, out: jax.Array) -> distrax.Distribution:
     return distrax.MultivariateNormalDiag(mean, jnp.maximum(scale, 1e-6))
 
 
-def discounted_returns(rewards: jax.Array, gamma: float) -> jax.Array:
-    """Monte-Carlo returns of whole meta-episodes, [T, G] -> [T, G] (the episode ends after the last step)."""
-    def back(following, r):
-        value = r + gamma * following
-        return value, value
-
-    _, returns = jax.lax.scan(back, jnp.zeros_like(rewards[0]), rewards, reverse=True)
-    return returns
+def monte_carlo_returns(rewards: jax.Array, gamma: float) -> jax.Array:
+    """Discounted returns of whole meta-episodes, [T, G] -> [T, G]: PPO's `gae` with lambda 1 and V = 0 is
+    exactly the Monte-Carlo return (the episode ends after the last step, where GAE's recursion starts)."""
+    zeros = jnp.zeros_like(rewards)
+    return losses.gae(rewards, zeros, zeros, zeros, zeros, gamma, 1.0)[0]
 
 
-def ppo_loss(config: MfosConfig, actor: MLP, critic: MLP, params: Any, batch: Played, returns: jax.Array
-             ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Clipped surrogate with advantage = normalised return - V (V held fixed), 0.5 * MSE value loss and
-    an entropy bonus, over the whole batch (§2.4)."""
+def mfos_loss(config: MfosConfig, actor: OneHidden, critic: OneHidden, params: Any, batch: Played, returns: jax.Array
+              ) -> tuple[jax.Array, losses.LossInfo]:
+    """PPO's loss (`losses.ppo_loss`) as the reference computes it (§2.4), over the whole batch: the clipped
+    surrogate with advantage = normalised return - V (V held fixed) and not normalised again, an unclipped
+    value loss weighted vf_coef * MSE (the library's value loss is 0.5 * MSE, hence the doubled weight), and
+    the entropy bonus."""
     dist = gaussian(config, actor.apply(params["actor"], batch.obs))
     value = critic.apply(params["critic"], batch.obs)[..., 0]
     advantage = returns - jax.lax.stop_gradient(value)
-    ratio = jnp.exp(dist.log_prob(batch.action) - batch.log_prob)
-    clipped = jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps)
-    policy_loss = -jnp.mean(jnp.minimum(ratio * advantage, clipped * advantage))
-    value_loss = jnp.mean(jnp.square(value - returns))
-    entropy = jnp.mean(dist.entropy())
-    total = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
-    return total, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
+    surrogate = functools.partial(losses.policy_loss, clip_eps=config.clip_eps, normalize=False)
+    return losses.ppo_loss(dist.log_prob(batch.action), batch.log_prob, advantage, value, value, returns,
+                           dist.entropy(), clip_eps=config.clip_eps, clip_value=False, vf_coef=2 * config.vf_coef,
+                           ent_coef=config.ent_coef, policy_objective=surrogate)
 
 
-def batch_loss(config: MfosConfig, actor: MLP, critic: MLP, params: Any, batch: Played) -> jax.Array:
-    """`ppo_loss` on a whole meta-episode batch, its Monte-Carlo returns normalised over the batch."""
-    returns = discounted_returns(batch.reward, config.meta_gamma)
-    returns = (returns - returns.mean()) / (returns.std() + 1e-5)
-    return ppo_loss(config, actor, critic, params, batch, returns)[0]
+def batch_loss(config: MfosConfig, actor: OneHidden, critic: OneHidden, params: Any, batch: Played) -> jax.Array:
+    """`mfos_loss` on a whole meta-episode batch, its Monte-Carlo returns normalised over the batch."""
+    returns = losses.normalize_advantages(monte_carlo_returns(batch.reward, config.meta_gamma), eps=1e-5)
+    return mfos_loss(config, actor, critic, params, batch, returns)[0]
 
 
-class PPOState(NamedTuple):
+class TrainerState(NamedTuple):
+    """The PPO trainer's state as the meta loop keeps it: the learner's and the best batch's."""
+
     params: Any  # {"actor", "critic"}; meta-self-play: {"agent1": {...}, "agent2": {...}}
     opt_state: Any
     generation: jax.Array  # meta-episodes done
@@ -365,24 +367,24 @@ class PPOTrainer:
 
     @property
     def optimizer(self) -> optax.GradientTransformation:
-        return optax.adam(self.config.lr, b1=0.9, b2=0.999)
+        """The library's Adam (`clipped_adam`; betas 0.9, 0.999, eps 1e-8 as the reference), without clipping."""
+        return clipped_adam(self.config.lr, None)
 
-    def networks(self) -> tuple[MLP, MLP]:
-        dim = self.env.action_space.shape[0]
-        return MLP(self.config.hidden, 2 * dim), MLP(self.config.hidden, 1)
+    def networks(self) -> tuple[OneHidden, OneHidden]:
+        return OneHidden(self.config.hidden, 2 * self.env.action_space.shape[0]), OneHidden(self.config.hidden, 1)
 
     def actors(self, params: Any) -> Any:
         return params["actor"]
 
-    def init(self, key: jax.Array, params: Any) -> PPOState:
+    def init(self, key: jax.Array, params: Any) -> TrainerState:
         del key
-        return PPOState(params, self.optimizer.init(params), jnp.zeros((), jnp.int32), jnp.asarray(-jnp.inf),
+        return TrainerState(params, self.optimizer.init(params), jnp.zeros((), jnp.int32), jnp.asarray(-jnp.inf),
                         self.actors(params))
 
-    def center(self, state: PPOState) -> Any:
+    def center(self, state: TrainerState) -> Any:
         return self.actors(state.params)
 
-    def best(self, state: PPOState) -> tuple[Any, jax.Array]:
+    def best(self, state: TrainerState) -> tuple[Any, jax.Array]:
         return state.best_actor, state.best_fitness
 
     def sampling(self, actor_params: Any) -> Policy:
@@ -396,8 +398,8 @@ class PPOTrainer:
 
         return policy
 
-    def update(self, state: PPOState, loss: Callable[[Any], jax.Array], fitness: jax.Array, aux: dict[str, jax.Array]
-               ) -> tuple[PPOState, GenerationOutput]:
+    def update(self, state: TrainerState, loss: Callable[[Any], jax.Array], fitness: jax.Array, aux: dict[str, jax.Array]
+               ) -> tuple[TrainerState, GenerationOutput]:
         """`epochs` full-batch Adam steps on `loss`, then the state and the loop's outputs; the actors that
         played the batch become the best if its mean `fitness` [G] is the highest so far."""
         grad_fn = jax.grad(loss)
@@ -411,12 +413,12 @@ class PPOTrainer:
         mean = fitness.mean()
         better = mean > state.best_fitness
         best_actor = jax.tree.map(lambda new, old: jnp.where(better, new, old), self.center(state), state.best_actor)
-        new = PPOState(params, opt_state, state.generation + 1, jnp.maximum(mean, state.best_fitness), best_actor)
+        new = TrainerState(params, opt_state, state.generation + 1, jnp.maximum(mean, state.best_fitness), best_actor)
         metrics = TellMetrics(generation=new.generation, mean_fitness=mean, std_fitness=fitness.std(),
                               best_fitness_in_generation=fitness.max(), best_fitness=new.best_fitness)
         return new, GenerationOutput(metrics, fitness, aux)
 
-    def generation(self, key: jax.Array, state: PPOState) -> tuple[PPOState, GenerationOutput]:
+    def generation(self, key: jax.Array, state: TrainerState) -> tuple[TrainerState, GenerationOutput]:
         """One meta-episode of `games` games with the stochastic meta-policy, then one PPO update."""
         actor, critic = self.networks()
         play_key, _ = jax.random.split(key)
@@ -440,7 +442,7 @@ class SelfPlayTrainer(PPOTrainer):
     def actors(self, params: Any) -> Any:
         return {name: params[name]["actor"] for name in AGENTS}
 
-    def generation(self, key: jax.Array, state: PPOState) -> tuple[PPOState, GenerationOutput]:
+    def generation(self, key: jax.Array, state: TrainerState) -> tuple[TrainerState, GenerationOutput]:
         config, (actor, critic) = self.config, self.networks()
         choice_key, play_key = jax.random.split(key)
         self_play = jax.random.uniform(choice_key) < matrix.self_play_probability(state.generation,
