@@ -11,8 +11,9 @@ static). A meta-episode (100 meta-steps) is one whole learning run of the oppone
        --set hidden=256) evolved by an evosax strategy through the generic meta loop: `make_task` is the
        `MetaTask` 'mfos', fitness = the meta-agent's mean reward per round over `games` meta-episodes (§2.5
        trains it by a (1 + lambda) hill-climber; OpenES is pax's choice, §2.8; `ES_DEFAULTS` its settings)
-  ppo  the reference's PPO (§2.4, `PPOTrainer`): a Gaussian meta-policy (256 tanh, mean and
-       softplus(raw) as the *variance*, the reference's quirk, or as the std with variance='std'), a
+  ppo  the reference's PPO (§2.4, `PPOTrainer`, on the library's PPO loss, GAE and Adam): a Gaussian
+       meta-policy (256 tanh, mean and softplus(raw) as the *variance*, the reference's quirk, or as the std
+       with variance='std'), a
        separate 256 tanh critic, Monte-Carlo returns (gamma 0.99) normalised over the whole batch,
        advantage = normalised return - V, clip 0.2, 4 full-batch epochs, Adam 2e-3, entropy 0.01; one
        update per meta-episode of `games` parallel games. It has the `Strategy` methods the meta loop
