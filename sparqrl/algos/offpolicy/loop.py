@@ -23,6 +23,7 @@ check is a `sparqrl.lockstep.lockstep_cond`, the gradient steps a loop of as man
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -32,9 +33,12 @@ import optax
 
 from sparqrl import replay, returns, sparse
 from sparqrl.algos import replay_learner, sparsify
-from sparqrl.algos.base import Acting, ActorLearner, Step, forward, per_step
+from sparqrl.algos.base import (
+    Acting, ActorLearner, Algorithm, Step, forward, has_tracers, make_hparams_train_fn, on_device, per_step,
+)
 from sparqrl.algos.offpolicy.config import OffPolicyConfig
 from sparqrl.envs import action_dim
+from sparqrl.nets.modules import TwinCritic
 from sparqrl.replay import dynamic, nstep
 
 
@@ -134,17 +138,28 @@ def examples(env: Any) -> tuple[jax.Array, jax.Array]:
     return jnp.zeros(env.observation_shape, jnp.float32), jnp.zeros((action_dim(env),), jnp.float32)
 
 
-def sized_networks(config: OffPolicyConfig, env: Any, actor_at: Callable, critic_at: Callable) -> tuple[Any, Any]:
-    """(actor, critic) modules at `config.hidden`, or for tiny at the widths matching the sparse
-    networks' weight counts. actor_at / critic_at: hidden widths -> flax module."""
+def sized_networks(
+    config: OffPolicyConfig, env: Any, actor_at: Callable[[tuple[int, ...], int, int], Any], critic_scheme: str
+) -> tuple[Any, TwinCritic]:
+    """(actor, twin critic) modules at `config.hidden`, or for tiny at the widths matching the sparse
+    networks' weight counts. actor_at(hidden widths, |A|, observation ndim) -> the actor module;
+    critic_scheme: the critic's initialisation (`nets.modules.init_dense`)."""
+    obs_ndim, num_actions = len(env.observation_shape), action_dim(env)
+
+    def actor_of(hidden: tuple[int, ...]) -> Any:
+        return actor_at(hidden, num_actions, obs_ndim)
+
+    def critic_at(hidden: tuple[int, ...]) -> TwinCritic:
+        return TwinCritic(hidden, config.activation, obs_ndim, critic_scheme)
+
     hidden = tuple(config.hidden)
     if config.sparse != "tiny":
-        return actor_at(hidden), critic_at(hidden)
+        return actor_of(hidden), critic_at(hidden)
     obs, action = examples(env)
     key = jax.random.key(0)
-    actor_hidden = tiny_hidden(config, lambda h: jax.eval_shape(actor_at(h).init, key, obs), config.actor_sparsity)
+    actor_hidden = tiny_hidden(config, lambda h: jax.eval_shape(actor_of(h).init, key, obs), config.actor_sparsity)
     critic_hidden = tiny_hidden(config, lambda h: jax.eval_shape(critic_at(h).init, key, obs, action), config.critic_sparsity)
-    return actor_at(actor_hidden), critic_at(critic_hidden)
+    return actor_of(actor_hidden), critic_at(critic_hidden)
 
 
 def network_shapes(actor: Any, critic: Any, env: Any) -> dict[str, Any]:
@@ -175,6 +190,33 @@ def sparse_summary(
     if config.sparse == "tiny":
         out["tiny_weights"] = {k: c.total_weights for k, c in counts.items()}
     return out
+
+
+def agent_summary(
+    config: OffPolicyConfig, env: Any, nets: tuple[Any, Any], make_networks: Callable[[Any, Any], tuple[Any, Any]],
+    trainings: dict[str, sparse.NetTraining], stored: list[str],
+) -> dict[str, Any]:
+    """`sparse_summary` of an agent's (actor, critic) `nets` against the dense full-width networks that
+    `make_networks(config, env)` builds for the same config made dense."""
+    dense = make_networks(dataclasses.replace(config, sparse="dense"), env)
+    return sparse_summary(config, network_shapes(*nets, env), network_shapes(*dense, env), trainings, stored)
+
+
+def sparsity_report(
+    config: OffPolicyConfig, actor_training: sparse.NetTraining, critic_training: sparse.NetTraining,
+    actor_opt: optax.OptState, critic_opt: optax.OptState,
+) -> dict[str, jax.Array]:
+    """The measured sparsity of the actor and critic (their masks live in their optimizer states); none
+    for an unmasked run."""
+    if not config.masked:
+        return {}
+    return {"actor_sparsity": actor_training.measured_sparsity(actor_opt),
+            "critic_sparsity": critic_training.measured_sparsity(critic_opt)}
+
+
+def head_params(actor_params: Any) -> Any:
+    """The parameters of the actor's Dense chain (its `HeadMLP`), the network actors run on flat observations."""
+    return {"params": actor_params["params"]["HeadMLP_0"]}
 
 
 # ---- the loop ---------------------------------------------------------------------------------
@@ -302,3 +344,27 @@ def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> ActorLear
         return agent.policy(learner.agent)
 
     return ActorLearner(init, per_step(learn_step), policy, acting, num_envs, config.num_updates, agent.summary)
+
+
+def entry_points(make_agent: Callable[[Any, Any], Agent]) -> tuple[Callable, Callable, Callable]:
+    """(make_actor_learner, make_algorithm, make_train) of an off-policy algorithm: TD3's and SAC's differ
+    only in `make_agent(config, env)`, so they are made here once."""
+
+    def make_actor_learner(config: Any, env: Any) -> ActorLearner:
+        """The learner and acting halves for the actor-learner runner; checks and resolves the config first."""
+        config = config.validate(env)
+        return make_offpolicy(config, env, make_agent(config, env))
+
+    def make_algorithm(config: Any, env: Any) -> Algorithm:
+        """The algorithm on device for `env` (continuous actions). The config is checked here, on the host,
+        before any tracing."""
+        if not has_tracers(config):
+            config = config.validate(env)
+        return on_device(make_offpolicy(config, env, make_agent(config, env)), env, 1, config.num_updates)
+
+    def make_train(config: Any, env: Any) -> Callable[..., tuple[Any, dict[str, jax.Array]]]:
+        """The whole run as `train(key, hparams=None) -> (state, metrics [num_updates])`
+        (`base.make_hparams_train_fn`)."""
+        return make_hparams_train_fn(make_algorithm, config.validate(env), env)
+
+    return make_actor_learner, make_algorithm, make_train

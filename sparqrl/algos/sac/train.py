@@ -18,7 +18,6 @@ that iteration computes it, and only that one).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, NamedTuple
 
 import flax.linen as nn
@@ -26,16 +25,15 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from sparqrl import returns
+from sparqrl import returns, sparse
 from sparqrl.algos import replay_learner
-from sparqrl.algos.base import ActorLearner, Algorithm, has_tracers, make_hparams_train_fn, on_device
 from sparqrl.algos.offpolicy import loop
 from sparqrl.algos.offpolicy.loop import Transition
 from sparqrl.algos.sac.config import Config
 from sparqrl.algos.sac.losses import (
     actor_loss, bounded_log_std, critic_loss, sample_squashed_gaussian, temperature_loss,
 )
-from sparqrl.envs import Env, action_dim
+from sparqrl.envs import action_dim
 from sparqrl.lockstep import lockstep_cond
 from sparqrl.nets.modules import HeadMLP, TwinCritic, flatten_obs
 
@@ -83,16 +81,11 @@ class Networks(NamedTuple):
 
 def make_networks(config: Config, env: Any) -> Networks:
     """The actor and twin critic for `env`; tiny narrows them to the sparse networks' weight counts."""
-    obs_ndim = len(env.observation_shape)
-    num_actions = action_dim(env)
 
-    def actor_at(hidden: tuple[int, ...]) -> Actor:
+    def actor_at(hidden: tuple[int, ...], num_actions: int, obs_ndim: int) -> Actor:
         return Actor(num_actions, hidden, config.activation, obs_ndim, config.log_std_min, config.log_std_max)
 
-    def critic_at(hidden: tuple[int, ...]) -> TwinCritic:
-        return TwinCritic(hidden, config.activation, obs_ndim, "orthogonal")
-
-    return Networks(*loop.sized_networks(config, env, actor_at, critic_at))
+    return Networks(*loop.sized_networks(config, env, actor_at, "orthogonal"))
 
 
 # ---- the agent ----------------------------------------------------------------------------
@@ -107,11 +100,6 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
     )
     critic_training = loop.net_training(config, config.critic_sparsity, config.critic_lr, t_end)
     alpha_opt = optax.adam(config.alpha_lr)
-    grow_with_actor_grad = (
-        critic_training.is_sparse and critic_training.schedule.method == "rigl"
-        and config.critic_grow_score == "with_actor_grad"
-    )
-    target_entropy = config.target_entropy(action_dim(env))
     example_obs, example_action = loop.examples(env)
 
     def init_params(key: jax.Array) -> tuple[Any, Any]:
@@ -127,11 +115,22 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
         return SACAgent(actor, critic, critic, log_alpha, actor_opt, critic_opt, alpha_opt.init(log_alpha),
                         jax.tree.map(jnp.zeros_like, critic))
 
-    # Actors run the actor's Dense chain (maybe quantized); its raw output [μ, unbounded log σ] is split here.
-    network = HeadMLP(nets.actor.hidden, 2 * nets.actor.action_dim, nets.actor.activation, "orthogonal")
+    def report(agent: SACAgent) -> dict[str, jax.Array]:
+        return {"alpha": jnp.exp(agent.log_alpha),
+                **loop.sparsity_report(config, actor_training, critic_training, agent.actor_opt, agent.critic_opt)}
 
-    def network_params(actor_params: Any) -> Any:
-        return {"params": actor_params["params"]["HeadMLP_0"]}
+    network, greedy, behaviour = policy_head(config, nets.actor)
+    gradient_step = make_gradient_step(config, env, nets, actor_training, critic_training, alpha_opt)
+    summary = loop.agent_summary(config, env, nets, make_networks, {"actor": actor_training, "critic": critic_training},
+                                 stored=["actor", "critic", "critic"])
+    return loop.Agent(init, lambda agent: agent.actor, network, loop.head_params, nets.actor.activation, behaviour,
+                      greedy, gradient_step, report, ("critic_loss", "q_mean", "actor_loss", "entropy"), summary)
+
+
+def policy_head(config: Config, actor: Actor) -> tuple[HeadMLP, Callable, Callable]:
+    """(network, greedy, behaviour) for `loop.Agent`: actors run the actor's Dense chain (maybe quantized);
+    its raw output [μ, unbounded log σ] is split here."""
+    network = HeadMLP(actor.hidden, 2 * actor.action_dim, actor.activation, "orthogonal")
 
     def gaussian(raw: jax.Array) -> tuple[jax.Array, jax.Array]:
         mean, raw_log_std = jnp.split(raw, 2, axis=-1)
@@ -147,15 +146,44 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
             return sample_squashed_gaussian(key, mean, log_std)[0], policy_mean
         return policy_mean, policy_mean
 
+    return network, greedy, behaviour
+
+
+def grows_with_actor_grad(config: Config, critic_training: sparse.NetTraining) -> bool:
+    """Whether the critic's RigL grow score adds the actor-loss gradient (RLx2's quirk 6)."""
+    return (
+        critic_training.is_sparse and critic_training.schedule.method == "rigl"
+        and config.critic_grow_score == "with_actor_grad"
+    )
+
+
+def soft_target(nets: Networks, agent: SACAgent, batch: Transition, terms: returns.NStepTerms,
+                key: jax.Array, alpha: jax.Array) -> jax.Array:
+    """The n-step soft target [B]: fresh samples of the current policy at every next state of the window
+    [B, n] (their log π enter the entropy terms); the bootstrap uses the one at s'_m."""
+    mean, log_std = nets.actor.apply(agent.actor, batch.next_obs)
+    next_action, next_log_prob = sample_squashed_gaussian(key, mean, log_std)
+    boot_obs = returns.at_index(batch.next_obs, terms.boot_index)
+    boot_action = returns.at_index(next_action, terms.boot_index)
+    q1_t, q2_t = nets.critic.apply(agent.critic_target, boot_obs, boot_action)
+    return returns.nstep_soft_q_target(terms, jnp.minimum(q1_t, q2_t), alpha, next_log_prob)
+
+
+def make_actor_step(
+    config: Config, env: Any, nets: Networks, actor_training: sparse.NetTraining,
+    critic_training: sparse.NetTraining, alpha_opt: optax.GradientTransformation,
+) -> Callable[[tuple], tuple]:
+    """The gated actor-and-temperature part of a gradient step, a `lockstep_cond` branch: it takes every
+    traced value as an argument (operand: agent, critic, obs, key, actor updates, score due) and closes over none."""
+    grow_with_actor_grad = grows_with_actor_grad(config, critic_training)
+    target_entropy = config.target_entropy(action_dim(env))
+
     def actor_objective(params: Any, critic: Any, obs: jax.Array, key: jax.Array, alpha: jax.Array) -> tuple:
         """(mean(α log π(a|s) − min Q(s, a)), log π) with a ~ π(·|s) drawn with `key`."""
         mean, log_std = nets.actor.apply(params, obs)
         new_action, log_prob = sample_squashed_gaussian(key, mean, log_std)
         q1, q2 = nets.critic.apply(critic, obs, new_action)
         return actor_loss(alpha, log_prob, jnp.minimum(q1, q2)), log_prob
-
-    # The gated branches are `lockstep_cond`s (cheap under vmap when skipped): they take every traced
-    # value as an argument and close over none.
 
     def actor_and_alpha(operand: tuple) -> tuple:
         """Actor on mean(α log π − min Q) against the just-updated critic, then the temperature."""
@@ -181,11 +209,25 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
         return (step.params, step.opt_state, log_alpha, alpha_opt_state, a_loss, -jnp.mean(log_prob),
                 critic_actor_grad)
 
-    def skip_actor(operand: tuple) -> tuple:
-        agent = operand[0]
-        zero = jnp.zeros((), jnp.float32)
-        return (agent.actor, agent.actor_opt, agent.log_alpha, agent.alpha_opt, zero, zero,
-                agent.critic_actor_grad)
+    return actor_and_alpha
+
+
+def skip_actor(operand: tuple) -> tuple:
+    """The actor step's other branch: everything as it was, zero loss and entropy."""
+    agent = operand[0]
+    zero = jnp.zeros((), jnp.float32)
+    return agent.actor, agent.actor_opt, agent.log_alpha, agent.alpha_opt, zero, zero, agent.critic_actor_grad
+
+
+def make_gradient_step(
+    config: Config, env: Any, nets: Networks, actor_training: sparse.NetTraining,
+    critic_training: sparse.NetTraining, alpha_opt: optax.GradientTransformation,
+) -> Callable[..., tuple[SACAgent, replay_learner.Metrics]]:
+    """`loop.Agent.gradient_step`: critic on the soft target, then (gated) actor and temperature, then
+    (gated) the Polyak update of the target critic. The gated branches are `lockstep_cond`s (cheap under
+    vmap when skipped): they take every traced value as an argument and close over none."""
+    grow_with_actor_grad = grows_with_actor_grad(config, critic_training)
+    actor_and_alpha = make_actor_step(config, env, nets, actor_training, critic_training, alpha_opt)
 
     def polyak(operand: tuple) -> Any:
         critic, critic_target, critic_opt = operand
@@ -195,16 +237,7 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
         agent: SACAgent, batch: Transition, terms: returns.NStepTerms, iteration: jax.Array, key: jax.Array
     ) -> tuple[SACAgent, replay_learner.Metrics]:
         target_key, critic_key, actor_key = jax.random.split(key, 3)
-        alpha = jnp.exp(agent.log_alpha)
-
-        # Soft target: fresh samples of the current policy at every next state of the window [B, n];
-        # the bootstrap uses the one at s'_m.
-        mean, log_std = nets.actor.apply(agent.actor, batch.next_obs)
-        next_action, next_log_prob = sample_squashed_gaussian(target_key, mean, log_std)
-        boot_obs = returns.at_index(batch.next_obs, terms.boot_index)
-        boot_action = returns.at_index(next_action, terms.boot_index)
-        q1_t, q2_t = nets.critic.apply(agent.critic_target, boot_obs, boot_action)
-        target = returns.nstep_soft_q_target(terms, jnp.minimum(q1_t, q2_t), alpha, next_log_prob)
+        target = soft_target(nets, agent, batch, terms, target_key, jnp.exp(agent.log_alpha))
         obs, action = batch.obs[:, 0], batch.action[:, 0]
 
         def critic_objective(params: Any) -> tuple[jax.Array, jax.Array]:
@@ -234,35 +267,7 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
                              alpha_opt_state, critic_actor_grad)
         return new_agent, metrics
 
-    def report(agent: SACAgent) -> dict[str, jax.Array]:
-        out = {"alpha": jnp.exp(agent.log_alpha)}
-        if config.masked:
-            out["actor_sparsity"] = actor_training.measured_sparsity(agent.actor_opt)
-            out["critic_sparsity"] = critic_training.measured_sparsity(agent.critic_opt)
-        return out
-
-    summary = loop.sparse_summary(
-        config, loop.network_shapes(*nets, env),
-        loop.network_shapes(*make_networks(dataclasses.replace(config, sparse="dense"), env), env),
-        {"actor": actor_training, "critic": critic_training}, stored=["actor", "critic", "critic"],
-    )
-    return loop.Agent(init, lambda agent: agent.actor, network, network_params, nets.actor.activation, behaviour,
-                      greedy, gradient_step, report, ("critic_loss", "q_mean", "actor_loss", "entropy"), summary)
+    return gradient_step
 
 
-def make_actor_learner(config: Config, env: Any) -> ActorLearner:
-    """The learner and acting halves for the actor-learner runner; checks and resolves the config first."""
-    config = config.validate(env)
-    return loop.make_offpolicy(config, env, make_agent(config, env))
-
-
-def make_algorithm(config: Config, env: Env) -> Algorithm:
-    """SAC on device for `env` (continuous actions). The config is checked here, on the host, before any tracing."""
-    if not has_tracers(config):
-        config = config.validate(env)
-    return on_device(loop.make_offpolicy(config, env, make_agent(config, env)), env, 1, config.num_updates)
-
-
-def make_train(config: Config, env: Env) -> Callable[[jax.Array], tuple[Any, dict[str, jax.Array]]]:
-    """The whole run as `train(key, hparams=None) -> (state, metrics [num_updates])` (`base.make_hparams_train_fn`)."""
-    return make_hparams_train_fn(make_algorithm, config.validate(env), env)
+make_actor_learner, make_algorithm, make_train = loop.entry_points(make_agent)

@@ -15,7 +15,6 @@ updates, masked targets) or, for tiny, its widths (`offpolicy.loop.tiny_hidden`)
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, NamedTuple
 
 import flax.linen as nn
@@ -23,14 +22,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from sparqrl import returns
+from sparqrl import returns, sparse
 from sparqrl.algos import replay_learner
-from sparqrl.algos.base import ActorLearner, Algorithm, has_tracers, make_hparams_train_fn, on_device
 from sparqrl.algos.offpolicy import loop
 from sparqrl.algos.offpolicy.loop import Transition
 from sparqrl.algos.td3.config import Config
 from sparqrl.algos.td3.losses import actor_loss, critic_loss, exploration_action, smoothed_target_action
-from sparqrl.envs import Env, action_dim
 from sparqrl.lockstep import lockstep_cond
 from sparqrl.nets.modules import HeadMLP, TwinCritic, flatten_obs
 
@@ -69,16 +66,11 @@ class Networks(NamedTuple):
 
 def make_networks(config: Config, env: Any) -> Networks:
     """The actor and twin critic for `env`; tiny narrows them to the sparse networks' weight counts."""
-    obs_ndim = len(env.observation_shape)
-    num_actions = action_dim(env)
 
-    def actor_at(hidden: tuple[int, ...]) -> Actor:
+    def actor_at(hidden: tuple[int, ...], num_actions: int, obs_ndim: int) -> Actor:
         return Actor(num_actions, hidden, config.activation, obs_ndim)
 
-    def critic_at(hidden: tuple[int, ...]) -> TwinCritic:
-        return TwinCritic(hidden, config.activation, obs_ndim, "torch")
-
-    return Networks(*loop.sized_networks(config, env, actor_at, critic_at))
+    return Networks(*loop.sized_networks(config, env, actor_at, "torch"))
 
 
 # ---- the agent ----------------------------------------------------------------------------
@@ -103,18 +95,32 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
     # Actors run the actor's Dense chain (maybe quantized) and squash its output here: tanh(raw).
     network = HeadMLP(nets.actor.hidden, nets.actor.action_dim, nets.actor.activation, "torch")
 
-    def network_params(actor_params: Any) -> Any:
-        return {"params": actor_params["params"]["HeadMLP_0"]}
-
-    def greedy(raw: jax.Array) -> jax.Array:
-        return jnp.tanh(raw)
-
     def behaviour(raw: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        action = greedy(raw)
+        action = jnp.tanh(raw)
         return exploration_action(action, key, config.exploration_noise), action
 
-    # The gated branch is a `lockstep_cond` (cheap under vmap when skipped): it takes every traced value
-    # as an argument and closes over none.
+    def report(agent: TD3Agent) -> dict[str, jax.Array]:
+        return loop.sparsity_report(config, actor_training, critic_training, agent.actor_opt, agent.critic_opt)
+
+    gradient_step = make_gradient_step(config, nets, actor_training, critic_training)
+    summary = loop.agent_summary(config, env, nets, make_networks, {"actor": actor_training, "critic": critic_training},
+                                 stored=["actor", "actor", "critic", "critic"])
+    return loop.Agent(init, lambda agent: agent.actor, network, loop.head_params, nets.actor.activation, behaviour,
+                      jnp.tanh, gradient_step, report, ("critic_loss", "q_mean", "actor_loss"), summary)
+
+
+def skip_actor(operand: tuple) -> tuple:
+    """The delayed step's other branch: actor and targets as they were, zero loss."""
+    agent = operand[0]
+    return agent.actor, agent.actor_opt, agent.actor_target, agent.critic_target, jnp.zeros((), jnp.float32)
+
+
+def make_gradient_step(
+    config: Config, nets: Networks, actor_training: sparse.NetTraining, critic_training: sparse.NetTraining,
+) -> Callable[..., tuple[TD3Agent, replay_learner.Metrics]]:
+    """`loop.Agent.gradient_step`: critic on the smoothed n-step target, then (every `policy_delay` steps)
+    actor and targets. The gated branch is a `lockstep_cond` (cheap under vmap when skipped): it takes
+    every traced value as an argument and closes over none."""
 
     def actor_and_targets(operand: tuple) -> tuple:
         """The delayed part of a gradient step: actor on −Q1(s, π(s)), then Polyak updates of both targets."""
@@ -129,10 +135,6 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
         actor_target = actor_training.polyak(step.params, agent.actor_target, config.tau, step.opt_state)
         critic_target = critic_training.polyak(critic, agent.critic_target, config.tau, critic_opt)
         return step.params, step.opt_state, actor_target, critic_target, a_loss
-
-    def skip_actor(operand: tuple) -> tuple:
-        agent = operand[0]
-        return agent.actor, agent.actor_opt, agent.actor_target, agent.critic_target, jnp.zeros((), jnp.float32)
 
     def gradient_step(
         agent: TD3Agent, batch: Transition, terms: returns.NStepTerms, iteration: jax.Array, key: jax.Array
@@ -166,34 +168,7 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
         }
         return TD3Agent(actor, critic.params, actor_target, critic_target, actor_opt, critic.opt_state), metrics
 
-    def report(agent: TD3Agent) -> dict[str, jax.Array]:
-        if not config.masked:
-            return {}
-        return {"actor_sparsity": actor_training.measured_sparsity(agent.actor_opt),
-                "critic_sparsity": critic_training.measured_sparsity(agent.critic_opt)}
-
-    summary = loop.sparse_summary(
-        config, loop.network_shapes(*nets, env),
-        loop.network_shapes(*make_networks(dataclasses.replace(config, sparse="dense"), env), env),
-        {"actor": actor_training, "critic": critic_training}, stored=["actor", "actor", "critic", "critic"],
-    )
-    return loop.Agent(init, lambda agent: agent.actor, network, network_params, nets.actor.activation, behaviour,
-                      greedy, gradient_step, report, ("critic_loss", "q_mean", "actor_loss"), summary)
+    return gradient_step
 
 
-def make_actor_learner(config: Config, env: Any) -> ActorLearner:
-    """The learner and acting halves for the actor-learner runner; checks and resolves the config first."""
-    config = config.validate(env)
-    return loop.make_offpolicy(config, env, make_agent(config, env))
-
-
-def make_algorithm(config: Config, env: Env) -> Algorithm:
-    """TD3 on device for `env` (continuous actions). The config is checked here, on the host, before any tracing."""
-    if not has_tracers(config):
-        config = config.validate(env)
-    return on_device(loop.make_offpolicy(config, env, make_agent(config, env)), env, 1, config.num_updates)
-
-
-def make_train(config: Config, env: Env) -> Callable[[jax.Array], tuple[Any, dict[str, jax.Array]]]:
-    """The whole run as `train(key, hparams=None) -> (state, metrics [num_updates])` (`base.make_hparams_train_fn`)."""
-    return make_hparams_train_fn(make_algorithm, config.validate(env), env)
+make_actor_learner, make_algorithm, make_train = loop.entry_points(make_agent)
