@@ -134,6 +134,26 @@ def _close(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.allclose(a, b, rtol=1e-4, atol=1e-5 * scale))
 
 
+def _stray_params(variables: Any, paths: Sequence[Path], allowed: Sequence[Path]) -> list[str]:
+    """The layers owning parameters of `variables` that are neither among the Dense `paths` nor `allowed`
+    (a features network's Conv layers), sorted. 'params/log_std' is its own owner."""
+    params = variables["params"] if "params" in variables else {}
+    owners = {path_str(("params",) + p[:-1]) if len(p) > 1 else path_str(("params",) + p)
+              for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]}
+    return sorted(owners - {path_str(p) for p in (*paths, *allowed)})
+
+
+def _chosen_paths(paths: Sequence[Path], called: list[Path], name: str) -> tuple[Path, ...]:
+    """Explicit `paths` as tuples, checked: each a Dense layer that module `name` calls, in call order."""
+    paths = tuple(tuple(p) for p in paths)
+    missing = [path_str(p) for p in paths if p not in called]
+    require(not missing, "paths", ", ".join(missing),
+            f"must name Dense layers that {name} calls: {', '.join(path_str(p) for p in called)}")
+    order = [called.index(p) for p in paths]
+    require(order == sorted(order), "paths", [path_str(p) for p in paths], "must be in call order")
+    return paths
+
+
 def stack_paths(
     module: nn.Module,
     variables: Any,
@@ -182,22 +202,10 @@ def stack_paths(
     if auto:
         require(bool(calls), field, name, f"{rule}; it calls no Dense layer")
         paths = tuple(called)
-        layers = {path_str(p) for p in paths}
-        params = variables["params"] if "params" in variables else {}
-        # the layer owning each parameter leaf ('params/log_std' is its own owner)
-        owners = {path_str(("params",) + p[:-1]) if len(p) > 1 else path_str(("params",) + p)
-                  for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]}
-        if features is not None:
-            layers |= {path_str(p) for p in convs}
-        stray = sorted(owners - layers)
+        stray = _stray_params(variables, paths, convs if features is not None else ())
         require(not stray, field, name, f"{rule}; it has parameters outside its Dense layers: {', '.join(stray)}")
     else:
-        paths = tuple(tuple(p) for p in paths)
-        missing = [path_str(p) for p in paths if p not in called]
-        require(not missing, "paths", ", ".join(missing),
-                f"must name Dense layers that {name} calls: {', '.join(path_str(p) for p in called)}")
-        order = [called.index(p) for p in paths]
-        require(order == sorted(order), "paths", [path_str(p) for p in paths], "must be in call order")
+        paths = _chosen_paths(paths, called, name)
     selected = [calls[called.index(p)] for p in paths]
 
     first = selected[0]
