@@ -11,19 +11,13 @@ from typing import Any, Iterator
 import jax
 import jax.numpy as jnp
 
-from sparqrl.envs.core import Box, StepOut
+from sparqrl.envs.core import Adapter, Box, StepOut
 from sparqrl.extras import need
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class BraxEnv:
+class BraxEnv(Adapter):
     """A Brax environment; episodes end at `max_episode_steps` (truncation) or on termination."""
-
-    name: str
-    env: Any
-    observation_shape: tuple[int, ...]
-    action_space: Box
-    max_episode_steps: int
 
     def reset(self, key: jax.Array) -> tuple[jax.Array, Any]:
         state = self.env.reset(key)

@@ -40,8 +40,9 @@ import jax
 import jax.numpy as jnp
 
 from sparqrl.config import fail, is_int, is_number, one_of, require
-from sparqrl.envs.core import Env, Space, StepOut, action_dim, is_discrete
+from sparqrl.envs.core import Env, StepOut, action_dim, is_discrete
 from sparqrl.envs.gymnax_env import gymnax, wrap_gymnax
+from sparqrl.envs.wrappers import Wrapper
 from sparqrl.nets.modules import sequential_under_vmap
 
 KINDS = ("mlp", "lstm")
@@ -191,7 +192,7 @@ class CheapTalkState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class CheapTalk:
+class CheapTalk(Wrapper):
     """An `Env` whose observations carry the adversary's message: [obs_dim + n_dims] (module docstring).
 
     `env` must have flat observations [obs_dim]. `params` is the adversary's genome (`adversary_init`,
@@ -243,14 +244,6 @@ class CheapTalk:
     @property
     def observation_shape(self) -> tuple[int, ...]:
         return (int(self.env.observation_shape[0]) + self.n_dims,)
-
-    @property
-    def action_space(self) -> Space:
-        return self.env.action_space
-
-    @property
-    def max_episode_steps(self) -> int:
-        return self.env.max_episode_steps
 
     def encode_action(self, action: jax.Array) -> jax.Array:
         """One victim action -> [action_dim] float32: one-hot (discrete) or the raw vector (continuous)."""
@@ -308,24 +301,12 @@ class CheapTalk:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TimeLimitIsEnd:
+class TimeLimitIsEnd(Wrapper):
     """`env` with its time-limit truncation counted as a true end (terminated, never truncated): the
     reference's hand-written CartPole sets `done` on the time-out and PPO does not bootstrap it."""
 
     env: Env
     name: str
-
-    @property
-    def observation_shape(self) -> tuple[int, ...]:
-        return tuple(self.env.observation_shape)
-
-    @property
-    def action_space(self) -> Space:
-        return self.env.action_space
-
-    @property
-    def max_episode_steps(self) -> int:
-        return self.env.max_episode_steps
 
     def reset(self, key: jax.Array) -> tuple[jax.Array, Any]:
         return self.env.reset(key)
@@ -357,7 +338,7 @@ class GoalState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class GoalCartPole:
+class GoalCartPole(Wrapper):
     """ACT's GEN task (reference §3.3, `cartpole_goal.py`): `act_cartpole`'s observations, rewards and
     ends for the victim; at every reset a goal x ~ U[-2.4, 2.4] is drawn and kept for the episode. The
     adversary sees [obs, goal] (`adversary_observation`), and `info["goal_reward"]` = exp(-(x - goal)^2)
@@ -366,18 +347,6 @@ class GoalCartPole:
     env: Env
     goal_limit: float = CARTPOLE_X_LIMIT
     name: str = "ACT-GoalCartPole-200"
-
-    @property
-    def observation_shape(self) -> tuple[int, ...]:
-        return tuple(self.env.observation_shape)
-
-    @property
-    def action_space(self) -> Space:
-        return self.env.action_space
-
-    @property
-    def max_episode_steps(self) -> int:
-        return self.env.max_episode_steps
 
     def _goal(self, key: jax.Array) -> jax.Array:
         return jax.random.uniform(key, (), jnp.float32, -self.goal_limit, self.goal_limit)

@@ -89,6 +89,18 @@ class Env(Protocol):
     def step(self, key: jax.Array, state: Any, action: jax.Array) -> StepOut: ...
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Adapter:
+    """The fields of an `Env` that adapts another library's JAX environment: its sparqrl `name`, the
+    adapted `env` and the protocol's spaces, fixed when it is built."""
+
+    name: str
+    env: Any
+    observation_shape: tuple[int, ...]
+    action_space: Space
+    max_episode_steps: int
+
+
 def is_discrete(env: Env) -> bool:
     return isinstance(env.action_space, Discrete)
 

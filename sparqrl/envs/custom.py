@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sparqrl.config import ConfigError, fail, require
-from sparqrl.envs.core import HOST_PREFIX, Box, Discrete, Space, StepOut
+from sparqrl.envs.core import HOST_PREFIX, Adapter, Box, Discrete, Space, StepOut
 
 DEVICE_PREFIX = "jax:"
 LOCAL = "<local>"
@@ -299,15 +299,9 @@ def resolve_name_only(name: str) -> None:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class UserEnv:
+class UserEnv(Adapter):
     """A user's JAX env, checked (`device_env`), under its sparqrl name: observations as float32 (integer
     and boolean ones are cast), rewards float32, and `truncated` only where not `terminated`."""
-
-    name: str
-    env: Any
-    observation_shape: tuple[int, ...]
-    action_space: Space
-    max_episode_steps: int
 
     def reset(self, key: jax.Array) -> tuple[jax.Array, Any]:
         obs, state = self.env.reset(key)

@@ -260,16 +260,8 @@ class HostVecEnv:
         episode_done, episode_return, episode_length = done, self._return.copy(), self._length.copy()
         if self._game_stats:  # a training Atari episode is one life: report whole games instead
             episode_done, episode_return, episode_length = atari.game_stats(info, done)
-        out = HostStep(
-            obs=obs,
-            reward=reward,
-            terminated=terminated,
-            truncated=truncated,
-            final_obs=final_obs,
-            episode_return=episode_return,
-            episode_length=episode_length,
-            episode_done=episode_done,
-        )
+        out = HostStep(obs=obs, reward=reward, terminated=terminated, truncated=truncated, final_obs=final_obs,
+                       episode_return=episode_return, episode_length=episode_length, episode_done=episode_done)
         self._return[done] = 0.0
         self._length[done] = 0
         return out

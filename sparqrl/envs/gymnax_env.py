@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from sparqrl.config import fail
-from sparqrl.envs.core import Box, Discrete, Space, StepOut
+from sparqrl.envs.core import Adapter, Box, Discrete, Space, StepOut
 
 
 class _Deferred(types.ModuleType):
@@ -70,15 +70,10 @@ def _space(space: Any, name: str = "") -> Space:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class GymnaxEnv:
+class GymnaxEnv(Adapter):
     """A gymnax environment with its default parameters bound."""
 
-    name: str
-    env: Any
     params: Any
-    observation_shape: tuple[int, ...]
-    action_space: Space
-    max_episode_steps: int
 
     def reset(self, key: jax.Array) -> tuple[jax.Array, Any]:
         obs, state = self.env.reset(key, self.params)

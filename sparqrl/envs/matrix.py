@@ -337,8 +337,26 @@ def _auto_reset(done: jax.Array, fresh: NamedTuple, reached: NamedTuple) -> Name
     return jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, reached)
 
 
+class _LogitsGame:
+    """What both meta-games share: the inner game (`spec`, from the subclass's `game` field) and their spaces:
+    observations [2 * policy_dim] (both players' logits), actions one player's logits [policy_dim], clipped
+    to the subclass's ±`action_bound`."""
+
+    @property
+    def spec(self) -> Game:
+        return get_game(self.game)
+
+    @property
+    def observation_shape(self) -> tuple[int, ...]:
+        return (2 * self.spec.policy_dim,)
+
+    @property
+    def action_space(self) -> Box:
+        return Box.make(-self.action_bound, self.action_bound, (self.spec.policy_dim,))
+
+
 @dataclasses.dataclass(frozen=True)
-class MetaGame:
+class MetaGame(_LogitsGame):
     """M-FOS meta-game (§2.1) against a learning opponent, following the `Env` protocol. The agent is the
     column player (player 2), the opponent the row player, as in the reference code.
 
@@ -377,20 +395,8 @@ class MetaGame:
         _check_common(self.gamma, self.meta_steps, self.rounds, self.action_bound)
 
     @property
-    def spec(self) -> Game:
-        return get_game(self.game)
-
-    @property
     def name(self) -> str:
         return f"mfos-{self.game}-{self.opponent}"
-
-    @property
-    def observation_shape(self) -> tuple[int, ...]:
-        return (2 * self.spec.policy_dim,)
-
-    @property
-    def action_space(self) -> Box:
-        return Box.make(-self.action_bound, self.action_bound, (self.spec.policy_dim,))
 
     @property
     def max_episode_steps(self) -> int:
@@ -476,7 +482,7 @@ def self_play_probability(episode: int | jax.Array, decay: float | jax.Array = 0
 
 
 @dataclasses.dataclass(frozen=True)
-class SelfPlayGame:
+class SelfPlayGame(_LogitsGame):
     """Meta-self-play (§2.6): two M-FOS agents choose their logits each meta-step and play each other.
 
     Each player observes sigmoid(concat(own logits, other's logits)) as just played (its own logits are
@@ -497,18 +503,6 @@ class SelfPlayGame:
     def __post_init__(self) -> None:
         one_of("game", self.game, GAMES)
         _check_common(self.gamma, self.meta_steps, self.rounds, self.action_bound)
-
-    @property
-    def spec(self) -> Game:
-        return get_game(self.game)
-
-    @property
-    def observation_shape(self) -> tuple[int, ...]:
-        return (2 * self.spec.policy_dim,)
-
-    @property
-    def action_space(self) -> Box:
-        return Box.make(-self.action_bound, self.action_bound, (self.spec.policy_dim,))
 
     def reset(self, key: jax.Array) -> tuple[jax.Array, jax.Array, SelfPlayState]:
         """A new meta-episode: both players' first logits ~ N(0, 1), shown in the first observations (as the

@@ -8,7 +8,26 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from sparqrl.envs.core import Env, StepOut
+from sparqrl.envs.core import Env, Space, StepOut
+
+
+class Wrapper:
+    """Base of an env wrapper that keeps the wrapped env's spaces: observation_shape, action_space and
+    max_episode_steps are those of `self.env` (the subclass's field); a wrapper overrides what it changes."""
+
+    env: Env
+
+    @property
+    def observation_shape(self) -> tuple[int, ...]:
+        return tuple(self.env.observation_shape)
+
+    @property
+    def action_space(self) -> Space:
+        return self.env.action_space
+
+    @property
+    def max_episode_steps(self) -> int:
+        return self.env.max_episode_steps
 
 
 class EpisodeStatsState(NamedTuple):
