@@ -135,6 +135,20 @@ class VTraceOut(NamedTuple):
     pg_advantages: jax.Array
 
 
+def _vtrace_inputs(log_rho: jax.Array, rewards: jax.Array, values: jax.Array, next_values: jax.Array,
+                   terminated: jax.Array, truncated: jax.Array) -> tuple[jax.Array, ...]:
+    """`vtrace`'s fragment, checked to be of one shape [T, ...]: the first four as float32, then
+    terminated and done = terminated | truncated as bool."""
+    inputs = dict(log_rho=log_rho, rewards=rewards, values=values, next_values=next_values,
+                  terminated=terminated, truncated=truncated)
+    shapes = {name: jnp.shape(x) for name, x in inputs.items()}
+    if len(set(shapes.values())) != 1 or len(shapes["values"]) < 1:
+        raise ValueError(f"vtrace needs inputs of one shape [T, ...]; got {shapes}")
+    floats = [jnp.asarray(x, jnp.float32) for x in (log_rho, rewards, values, next_values)]
+    terminated = jnp.asarray(terminated, jnp.bool_)
+    return *floats, terminated, terminated | jnp.asarray(truncated, jnp.bool_)
+
+
 def vtrace(
     log_rho: jax.Array,
     rewards: jax.Array,
@@ -181,20 +195,12 @@ def vtrace(
     Returns:
       VTraceOut(vs [T, ...], pg_advantages [T, ...]), under stop_gradient.
     """
-    inputs = dict(log_rho=log_rho, rewards=rewards, values=values, next_values=next_values,
-                  terminated=terminated, truncated=truncated)
-    shapes = {name: jnp.shape(x) for name, x in inputs.items()}
-    if len(set(shapes.values())) != 1 or len(shapes["values"]) < 1:
-        raise ValueError(f"vtrace needs inputs of one shape [T, ...]; got {shapes}")
+    log_rho, rewards, values, next_values, terminated, done = _vtrace_inputs(
+        log_rho, rewards, values, next_values, terminated, truncated
+    )
     if rho_bar_pg is None:
         rho_bar_pg = rho_bar
     f32 = jnp.float32
-    log_rho = jnp.asarray(log_rho, f32)
-    rewards = jnp.asarray(rewards, f32)
-    values = jnp.asarray(values, f32)
-    next_values = jnp.asarray(next_values, f32)
-    terminated = jnp.asarray(terminated, jnp.bool_)
-    done = terminated | jnp.asarray(truncated, jnp.bool_)
     gamma, lambda_ = jnp.asarray(gamma, f32), jnp.asarray(lambda_, f32)
 
     # min(ρ̄, exp(log ρ)) as exp(min(log ρ̄, log ρ)): no overflow for large log ratios (the paper's
