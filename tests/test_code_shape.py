@@ -2,9 +2,9 @@
 
 A function's length is its whole span, `def` line to last line, so a factory's nested closures count in the
 factory's length (DESIGN.md: "Avoid its 800-line train function"). Read with `ast`, nothing is imported.
-For now it only reports: while functions outside this item's reach still exceed the limit, the test is an
-expected failure that lists them (`pytest -rx`); it turns into a plain failure once the list is empty and
-the `xfail` is taken out.
+For now it only reports: while some functions still exceed the limit, the test is an expected failure that
+lists them (`pytest -rx`). Once the list is empty, make the `xfail` an `assert not found` so that a new long
+function fails the suite.
 """
 
 from __future__ import annotations
