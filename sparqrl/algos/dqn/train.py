@@ -331,17 +331,9 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
         target_params = update_target(config, due, online.params, learner.target_params)
         epsilon_tm1 = epsilon(env_steps_tm1) if config.exploration == "schedule" else None
         metrics = _update_metrics(config, carry, num_grad, step, epsilon_tm1)
-        new_learner = LearnerState(
-            params=online.params,
-            target_params=target_params,
-            opt_state=online.opt_state,
-            buffer=carry.buffer,
-            key=key,
-            env_steps=env_steps_t,
-            gradient_steps=carry.gradient_steps,  # learner.gradient_steps + num_grad
-            frames=learner.frames,
-        )
-        return new_learner, metrics
+        return learner._replace(  # gradient_steps: learner.gradient_steps + num_grad; frames unchanged
+            params=online.params, target_params=target_params, opt_state=online.opt_state, buffer=carry.buffer,
+            key=key, env_steps=env_steps_t, gradient_steps=carry.gradient_steps), metrics
 
     def learn(learner: LearnerState, steps: Step) -> tuple[LearnerState, dict[str, jax.Array]]:
         """A fragment: its new frames into the ring first (stacked frames), then step by step."""
