@@ -75,7 +75,7 @@ PRESETS: tuple[Preset, ...] = (
                "Double DQN, Adam 1e-4, a 100k-transition replay stored frame by frame (~1 GB; Nature: 1M), with "
                "Ape-X's prioritized replay and per-slot epsilons",
         fields={"num_envs": 8, "buffer_size": 100_000, "batch_size": 32, "lr": 1e-4, "train_interval": 4,
-                "target_update_interval": 8000, "tau": 1.0, "gamma": 0.99, "double_dqn": True, "hidden": (512,),
+                "target_update_interval": 8000, "gamma": 0.99, "double_dqn": True, "hidden": (512,),
                 "activation": "relu", "max_grad_norm": 10.0},
     ),
     Preset(

@@ -279,7 +279,7 @@ def test_vmapped_seeds_equal_separate_runs_and_uniform_mode(cartpole):
 # Greedy return over 10 evaluation episodes, seeds 0-7 of this loop: 222, 210, 179, 250, 223, 500, 191, 308.
 LEARN = dqn.Config(
     num_envs=4, total_timesteps=50_000, buffer_size=20_000, batch_size=128, learning_starts=1_000,
-    train_interval=2, target_update_interval=500, tau=1.0, lr=5e-4, anneal_lr=True, hidden=(64, 64),
+    train_interval=2, target_update_interval=500, lr=5e-4, anneal_lr=True, hidden=(64, 64),
 )
 
 

@@ -1,7 +1,4 @@
-"""DQN configuration. Defaults are PureJaxRL's `dqn.py` (CartPole-v1), with its quirks removed, except the target
-network: a Polyak average (tau 0.02) after every 10 env steps instead of PureJaxRL's hard copy every 500. With the
-hard copy a tenth of seeds collapsed or learned late (Q(s, a) rose to 2-3x the largest true value, 100); with the
-average, about 2 % (`sparqrl sweep dqn --env CartPole-v1`, BENCHMARKS.md "Defaults on every seed").
+"""DQN configuration. Defaults are PureJaxRL's `dqn.py` (CartPole-v1), with its quirks removed.
 
 Every interval and threshold counts *environment steps* summed over all parallel environments, and
 means what it says: `train_interval=10` is one gradient step per 10 env steps whatever `num_envs` is
@@ -55,10 +52,10 @@ class Config(AdamConfig):
     """Env steps over which epsilon goes linearly from `epsilon_start` to `epsilon_finish`; None: 250,000
     (PureJaxRL's), at most half of total_timesteps, so a short run also exploits."""
 
-    target_update_interval: int = 10
+    target_update_interval: int = 500
     """Env steps between target-network updates (counted only once learning has started)."""
 
-    tau: float = 0.02
+    tau: float = 1.0
     """Target update rate: 1 copies the online network (hard update), < 1 is Polyak averaging."""
 
     learning_starts: int | None = None
