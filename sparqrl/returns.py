@@ -178,7 +178,7 @@ def vtrace(
     and at every episode end: a time-limit truncation bootstraps from its own final observation, a
     termination does not bootstrap, and both cut the trace, because row t + 1 belongs to a new episode.
     A step flagged both terminated and truncated counts as terminated (as in `gae` and the `Env`
-    protocol). This is PPO's layout: `next_values` is what PPO's `bootstrap_values` builds, or V of a
+    protocol). This is PPO's layout: `next_values` is what `algos.base.bootstrap_values` builds, or V of a
     fragment's `next_obs` computed in one batched pass.
 
     λ (`lambda_`) scales the traces as in rlax's `vtrace` and mixes λ into the policy-gradient bootstrap

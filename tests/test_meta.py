@@ -36,7 +36,7 @@ def cartpole():
 def trained_params(config, env, key=0, meta_params=None):
     algo = ppo.make_algorithm(config, env, meta_params)
     state, metrics = jax.jit(base.make_train_fn(algo))(jax.random.PRNGKey(key))
-    return state.params, metrics
+    return algo.policy(state).params, metrics
 
 
 def assert_trees_close(a, b, atol=1e-6):

@@ -14,7 +14,7 @@ import pytest
 from sparqrl.algos import base, ppo
 from sparqrl.algos.actor_critic import sample_with_noise, sampling_noise
 from sparqrl.config import ConfigError
-from sparqrl.envs import make_env
+from sparqrl.envs import make_env, normalize
 from conftest import train_and_evaluate, train_as_users_do
 
 # ---------------------------------------------------------------------------------------------------
@@ -68,7 +68,7 @@ def test_gae_truncation_bootstraps_and_termination_does_not():
     rewards = jnp.array([[1.0, 1.0, 1.0]])
     values = jnp.array([[0.5, 0.5, 0.5]])
     truncated = jnp.array([[False, True, True]])
-    next_values = ppo.losses.bootstrap_values(values, jnp.array([7.0, 7.0, 7.0]), truncated, jnp.full((1, 3), 10.0))
+    next_values = base.bootstrap_values(values, jnp.array([7.0, 7.0, 7.0]), truncated, jnp.full((1, 3), 10.0))
     terminated = jnp.array([[True, False, True]])
     adv, _ = ppo.gae(rewards, values, next_values, terminated, terminated | truncated, 0.9, 0.95)
     np.testing.assert_allclose(adv, [[1.0 - 0.5, 1.0 + 0.9 * 10.0 - 0.5, 1.0 - 0.5]], rtol=1e-6)
@@ -85,7 +85,7 @@ def test_bootstrap_values_matches_numpy_loop():
         for b in range(B):
             following = values[t + 1, b] if t + 1 < T else last_value[b]
             expected[t, b] = truncated_value[t, b] if truncated[t, b] else following
-    got = ppo.losses.bootstrap_values(values, last_value, truncated, truncated_value)
+    got = base.bootstrap_values(values, last_value, truncated, truncated_value)
     np.testing.assert_array_equal(np.asarray(got), expected)
 
 
@@ -279,7 +279,7 @@ def test_torso_on_grid_observations(torso, has_conv):
     env = make_env("Breakout-MinAtar")
     algo = ppo.make_algorithm(ppo.Config(num_envs=2, num_steps=8, num_minibatches=1, torso=torso), env)
     leaves = {"/".join(str(getattr(k, "key", k)) for k in path): leaf
-              for path, leaf in jax.tree_util.tree_flatten_with_path(algo.init(jax.random.PRNGKey(0)).params)[0]}
+              for path, leaf in jax.tree_util.tree_flatten_with_path(algo.policy(algo.init(jax.random.PRNGKey(0))).params)[0]}
     assert any("Conv" in path for path in leaves) == has_conv
     first = next(leaf for path, leaf in leaves.items() if path.endswith("MLP_0/Dense_0/kernel"))
     assert first.shape[0] == (10 * 10 * 16 if has_conv else int(np.prod(env.observation_shape)))
@@ -335,13 +335,38 @@ def test_continuous_with_normalisation_runs_and_acts_within_bounds(pendulum):
     assert float(policy.obs_stats.count[0]) > config.batch_size * config.num_updates
 
 
+def test_on_device_hands_the_learner_the_values_it_would_compute(pendulum):
+    """On device the fragment is acted with the learner's own network (lag 0), so the values computed while
+    acting (`Step.value`, and `Step.next_value`: the next step's value, V(final obs) where a time limit
+    truncated the episode, the value after the fragment at its end) are those the learner would compute on
+    the fragment's observations, normalised with the statistics before it."""
+    config = dataclasses.replace(SMALL, normalize_obs=True, num_envs=2, num_steps=256, num_minibatches=1)
+    al = ppo.make_actor_learner(config, pendulum, unroll=False)
+    network = ppo.train.ActorCritic(action_dim=1, discrete=False, obs_shape=(3,), hidden=tuple(config.hidden),
+                                    activation=config.activation, torso=config.torso)
+
+    def learn(learner, steps):
+        obs = normalize(learner.obs_stats, steps.obs)
+        recomputed = ppo.train.fragment_values(network, learner, obs, steps._replace(value=None, next_value=None))
+        return learner, {"carried": jnp.stack([steps.value, steps.next_value]), "recomputed": jnp.stack(recomputed),
+                         "truncated": steps.truncated}
+
+    algo = base.on_device(al._replace(learn=learn), pendulum, config.num_steps, 1)
+    state = algo.init(jax.random.PRNGKey(4))
+    stats = state.learner.obs_stats._replace(mean=jnp.array([0.3, -0.2, 0.5]), var=jnp.array([0.5, 0.4, 4.0]))
+    state = state._replace(learner=state.learner._replace(obs_stats=stats))
+    _, out = jax.jit(algo.update)(state)
+    assert int(jnp.sum(out["truncated"])) == 2  # Pendulum's 200-step limit, once in each env
+    np.testing.assert_allclose(out["carried"], out["recomputed"], rtol=1e-4, atol=1e-5)
+
+
 def test_vmapped_init_equals_separate_inits_and_does_not_hang(cartpole):
     """Batched LAPACK QR (orthogonal init) deadlocked jaxlib 0.10's CPU thread pool on 2 cores, at
     nearly every call of a vmapped init; every orthogonal kernel is drawn one key at a time under vmap
     instead (`nets.modules.orthogonal`)."""
     algo = ppo.make_algorithm(SMALL, cartpole)
     keys = jax.random.split(jax.random.PRNGKey(3), (2, 3))  # e.g. hyperparameters x seeds: nested vmap
-    init = jax.jit(jax.vmap(jax.vmap(lambda key: algo.init(key).params)))
+    init = jax.jit(jax.vmap(jax.vmap(lambda key: algo.policy(algo.init(key)).params)))
     finished = threading.Event()
     result = {}  # stays empty if a call raised
 
@@ -355,7 +380,7 @@ def test_vmapped_init_equals_separate_inits_and_does_not_hang(cartpole):
     threading.Thread(target=repeat, daemon=True).start()
     assert finished.wait(timeout=120), "vmapped init hung (batched QR deadlock in the XLA CPU thread pool)"
     batched = result["params"]
-    single = jax.jit(lambda key: algo.init(key).params)
+    single = jax.jit(lambda key: algo.policy(algo.init(key)).params)
     for i, j in [(0, 0), (1, 2)]:
         jax.tree.map(lambda b, s: np.testing.assert_array_equal(b[i, j], s), batched, single(keys[i, j]))
 

@@ -13,7 +13,8 @@ from conftest import RAY_SERIAL
 
 from sparqrl.algos import impala, ppo
 from sparqrl.algos.base import Step
-from sparqrl.algos.ppo.losses import bootstrap_values, gae
+from sparqrl.algos.base import bootstrap_values
+from sparqrl.algos.ppo.losses import gae
 from sparqrl.algos.ppo.train import fragment_advantages
 from sparqrl.config import ConfigError
 from sparqrl.envs import host_spec, normalize

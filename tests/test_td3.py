@@ -42,7 +42,7 @@ def test_smoothed_target_action_matches_numpy():
 def test_exploration_action_matches_numpy():
     a = np.linspace(-1, 1, 40, dtype=np.float32).reshape(20, 2)
     key = jax.random.key(3)
-    got = np.asarray(jax.jit(lambda x, k: td3.exploration_action(x, k, 0.1))(a, key))
+    got = np.asarray(jax.jit(lambda x, k: td3.exploration_action(x, jax.random.normal(k, x.shape), 0.1))(a, key))
     want = np.clip(a + 0.1 * np.asarray(jax.random.normal(key, a.shape)), -1, 1)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 

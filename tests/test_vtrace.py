@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from sparqrl import returns
-from sparqrl.algos.ppo.losses import bootstrap_values, gae
+from sparqrl.algos.base import bootstrap_values
+from sparqrl.algos.ppo.losses import gae
 
 T, N = 12, 5
 
@@ -169,7 +170,7 @@ def test_on_policy_without_ends_is_the_n_step_bootstrapped_return():
 @pytest.mark.parametrize("lam", [0.0, 0.95, 1.0])
 def test_on_policy_equals_sparqrls_gae_on_ppos_layout(lam):
     """PPO's layout: values, the value after the rollout, V(final obs) where truncated. next_values
-    from PPO's `bootstrap_values` feed both; on-policy v − V and the pg advantage both equal GAE(λ)."""
+    from `bootstrap_values` feed both; on-policy v − V and the pg advantage both equal GAE(λ)."""
     rng = np.random.default_rng(3)
     d = _fragment(3)
     last_value = rng.normal(size=N).astype(np.float32)

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sparqrl.algos.base import Acting
+from sparqrl.algos.base import Acting, keyed
 from sparqrl.envs import RunningStats, normalize
 from sparqrl.nets import ActorBranch, ActorCritic, actor_branch_params, torso_features
 
@@ -38,8 +38,9 @@ def distribution(raw: jax.Array, log_std: jax.Array | None) -> distrax.Distribut
 
 def sampling_noise(key: jax.Array, shape: tuple[int, ...], discrete: bool) -> jax.Array:
     """Noise for `sample_with_noise` [..., action_dim]: standard Gumbel for a categorical, standard normal for
-    a Gaussian. PPO draws a whole rollout's at once: one random-number program per update instead of one
-    per step (with the env keys split alike, ~5 % faster on CartPole; BENCHMARKS.md, "one draw per update")."""
+    a Gaussian (`Acting.noise`). `base.on_device` draws a whole fragment's at once: one random-number program
+    per update instead of one per step (with the env keys split alike, ~5 % faster for PPO on CartPole;
+    BENCHMARKS.md, "one draw per update"). Drawn for one step, it is the noise `dist.sample(seed=key)` uses."""
     return jax.random.gumbel(key, shape) if discrete else jax.random.normal(key, shape)
 
 
@@ -52,9 +53,12 @@ def sample_with_noise(dist: distrax.Distribution, noise: jax.Array) -> jax.Array
     return dist.loc + dist.scale_diag * noise
 
 
-def make_acting(network: ActorCritic, spec: Any, normalize_obs: bool, return_gamma: float | None) -> Acting:
+def make_acting(network: ActorCritic, spec: Any, normalize_obs: bool, return_gamma: float | None,
+                with_value: bool = False) -> Acting:
     """Sampling actors for `network` on env `spec`: discrete actions as int32, continuous ones as the raw
-    Gaussian sample (its log-probability is of that sample) that `to_env` clips to the action bounds."""
+    Gaussian sample (its log-probability is of that sample) that `to_env` clips to the action bounds, drawn
+    from noise drawn ahead (`Acting.noise`). with_value: the critic as `Acting.value` (PPO's learner takes the
+    values `on_device` computes while acting)."""
     discrete = network.discrete
     branch = ActorBranch(network.action_dim, tuple(network.obs_shape), tuple(network.hidden), network.activation,
                          network.torso)
@@ -67,12 +71,18 @@ def make_acting(network: ActorCritic, spec: Any, normalize_obs: bool, return_gam
             out["log_std"] = policy_params.params["params"]["log_std"]
         return out
 
-    def explore(raw: jax.Array, key: jax.Array, env_steps: jax.Array, slots: jax.Array, total_slots: int,
-                aux: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
+    def noise(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+        return sampling_noise(key, (*shape, network.action_dim), discrete)
+
+    def explore_with(raw: jax.Array, noise: jax.Array, env_steps: jax.Array, slots: jax.Array, total_slots: int,
+                     aux: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
         del env_steps, slots, total_slots  # every env samples alike, from the start
         dist = distribution(raw, aux.get("log_std"))
-        action = dist.sample(seed=key)
-        return (action.astype(jnp.int32) if discrete else action), dist.log_prob(action)
+        action = sample_with_noise(dist, noise)
+        return action, dist.log_prob(action)
+
+    def value(policy_params: PolicyParams, x: jax.Array) -> jax.Array:
+        return network.apply(policy_params.params, x)[1]
 
     def greedy(raw: jax.Array) -> jax.Array:
         return jnp.argmax(raw, axis=-1).astype(jnp.int32) if discrete else raw
@@ -84,11 +94,14 @@ def make_acting(network: ActorCritic, spec: Any, normalize_obs: bool, return_gam
         network=branch,
         network_params=lambda policy_params: actor_branch_params(policy_params.params),
         activation=network.activation,
-        explore=explore,
+        explore=keyed(noise, explore_with),
         greedy=greedy,
         to_env=(lambda action: action) if discrete else (lambda action: jnp.clip(action, low, high)),
         aux=aux,
         observe=observe if normalize_obs else None,
         return_gamma=return_gamma,
         features=torso_features(tuple(network.obs_shape), network.activation, network.torso),
+        noise=noise,
+        explore_with=explore_with,
+        value=value if with_value else None,
     )

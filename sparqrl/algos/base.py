@@ -181,6 +181,9 @@ class Step(NamedTuple):
     priority: Any  # float32 [N]: the actor's initial replay priority (1 where the algorithm has none)
     discounted_return: Any = None  # float32 [N]: sum of gamma^k r of the running episode up to this reward,
     #             when `Acting.return_gamma` is set (reward scaling); else None
+    value: Any = None  # float32 [N]: V(obs) and V(next_obs) under the learner's CURRENT critic where the runner
+    next_value: Any = None  # computed them while acting (`on_device` with `Acting.value`: lag 0); None where
+    #             actors act with copies that may be stale (the actor-learner runner): the learner computes them
 
 
 class Acting(NamedTuple):
@@ -213,6 +216,17 @@ class Acting(NamedTuple):
     evaluate(raw [N, out], key) -> action [N] where a deterministic policy can stall (Atari evaluation):
                                               the evaluated action (DQN: epsilon-greedy at epsilon_finish);
                                               None: the actors' exploring action (`explore_one`)
+    noise(key, shape) -> tree [*shape, ...]   all the randomness `explore_with` needs for envs laid out as
+                                              `shape` ([N] one step, [T, N] a fragment); with `explore_with`,
+                                              `explore` is `keyed(noise, explore_with)`, and `on_device` draws
+                                              a whole fragment's at once (one random-number program per update,
+                                              not one per step). None: `explore` takes its key
+    explore_with(raw, noise [N, ...], env_steps, slots, total_slots, aux) -> (action, extra)
+                                              `explore` from noise drawn ahead
+    value(policy_params, x [N, *obs]) -> [N]  V of the network's input x (`observe`d) under the policy params,
+                                              for a learner that bootstraps from a critic (PPO): `on_device`,
+                                              whose acting policy is the learner's current one, hands the
+                                              values it computes while acting to the learner (`Step.value`)
     """
 
     network: Any
@@ -227,6 +241,39 @@ class Acting(NamedTuple):
     return_gamma: float | None = None
     features: Any = None
     evaluate: Callable[[jax.Array, jax.Array], jax.Array] | None = None
+    noise: Callable[[jax.Array, tuple[int, ...]], Any] | None = None
+    explore_with: Callable[..., tuple[Any, Any]] | None = None
+    value: Callable[[Any, jax.Array], jax.Array] | None = None
+
+
+def keyed(noise: Callable[[jax.Array, tuple[int, ...]], Any], explore_with: Callable[..., tuple[Any, Any]]
+          ) -> Callable[..., tuple[Any, Any]]:
+    """`Acting.explore` of an acting that explores from noise drawn ahead (`Acting.noise`): one step's noise
+    of N envs drawn from the key, so the actors' per-step path and `on_device`'s per-fragment one act alike."""
+
+    def explore(raw: jax.Array, key: jax.Array, env_steps: jax.Array, slots: jax.Array, total_slots: int,
+                aux: Any = None) -> tuple[Any, Any]:
+        return explore_with(raw, noise(key, raw.shape[:1]), env_steps, slots, total_slots, aux)
+
+    return explore
+
+
+def bootstrap_values(values: jax.Array, last_value: jax.Array, truncated: jax.Array,
+                     truncated_value: jax.Array) -> jax.Array:
+    """V(s'_t) for `gae`, s'_t the observation step t reached before any auto-reset:
+
+        next_values[t] = truncated_value[t]   where a time limit truncated the episode at t
+                         values[t + 1]         otherwise (last_value for the final step)
+
+    (after a termination the value is never used: `gae` does not bootstrap there).
+
+    Args:
+      values, truncated, truncated_value: [T, B]; last_value: [B], the value after the rollout.
+    Returns:
+      [T, B].
+    """
+    following = jnp.concatenate([values[1:], last_value[None]], axis=0)
+    return jnp.where(truncated, truncated_value, following)
 
 
 class ActorLearner(NamedTuple):
@@ -314,10 +361,25 @@ class OnDeviceState(NamedTuple):
     key: jax.Array
 
 
+def acting_values(acting: Acting, policy_params: Any, aux: Any, x: jax.Array, out: Any) -> tuple[jax.Array, jax.Array]:
+    """V(obs) [N] of the observed input x, and V(final obs) [N] (used only where truncated) of the env step `out`,
+    the latter computed only if some env was truncated: always computing it cost ~8 % of a 1-seed PPO CartPole run."""
+    value = acting.value(policy_params, x)
+    truncated_value = jax.lax.cond(
+        jnp.any(out.truncated), lambda obs: acting.value(policy_params, observe(acting, aux, obs)),
+        lambda obs: jnp.zeros_like(value), out.final_obs)
+    return value, truncated_value
+
+
 def on_device(al: ActorLearner, env: Env, fragment_steps: int, num_updates: int) -> Algorithm:
     """The on-device runner's `Algorithm` of a fragment learner: one update rolls out `fragment_steps` steps
     of `al.num_envs` JAX environments with `al.acting` on the learner's current policy (fp32, lag 0) and
-    learns from that fragment with the same `al.learn` the actor-learner runner calls on actors' fragments."""
+    learns from that fragment with the same `al.learn` the actor-learner runner calls on actors' fragments.
+
+    What a compiled loop makes cheap is done once per update, not per step: the fragment's env keys and
+    exploration noise (`Acting.noise`) are drawn in one go; where the acting has a critic (`Acting.value`)
+    its values are computed while acting, V(final obs) only at steps where some episode was truncated (the
+    only place it bootstraps), and handed to the learner in `Step.value`/`next_value`."""
     acting, n = al.acting, al.num_envs
     obs_ndim = len(env.observation_shape)
     slots = jnp.arange(n, dtype=jnp.int32)
@@ -328,12 +390,14 @@ def on_device(al: ActorLearner, env: Env, fragment_steps: int, num_updates: int)
         return OnDeviceState(al.init(learner_key), env_state, obs.astype(jnp.float32), jnp.zeros(n, jnp.float32),
                              jnp.zeros((), jnp.int32), key)
 
-    def step(carry: tuple[OnDeviceState, Any, Any], key: jax.Array) -> tuple[tuple, tuple[Step, dict]]:
+    def step(carry: tuple[OnDeviceState, Any, Any], inputs: tuple[jax.Array, Any]) -> tuple[tuple, tuple[Step, dict]]:
         state, policy_params, aux = carry
-        act_key, env_key = jax.random.split(key)
-        raw = forward(acting, policy_params, state.obs, obs_ndim)
-        action, extra = acting.explore(raw, act_key, state.env_steps, slots, n, aux)
-        out = jax.vmap(env.step)(jax.random.split(env_key, n), state.env_state, acting.to_env(action))
+        env_keys, draw = inputs
+        x = observe(acting, aux, state.obs)
+        raw = acting.network.apply(acting.network_params(policy_params), flatten_obs(x, obs_ndim))
+        explore = acting.explore if acting.noise is None else acting.explore_with  # draw: a key or noise
+        action, extra = explore(raw, draw, state.env_steps, slots, n, aux)
+        out = jax.vmap(env.step)(env_keys, state.env_state, acting.to_env(action))
         reward = out.reward.astype(jnp.float32)
         discounted = state.discounted_return
         if acting.return_gamma is not None:
@@ -343,17 +407,27 @@ def on_device(al: ActorLearner, env: Env, fragment_steps: int, num_updates: int)
                    extra, jnp.ones(n, jnp.float32), discounted if acting.return_gamma is not None else None)
         if acting.priority is not None:  # Ape-X's initial priorities, from the acting policy (the learner's)
             row = row._replace(priority=acting.priority(forward(acting, policy_params, final_obs, obs_ndim), row))
+        if acting.value is not None:  # next_value: V(final obs) where truncated, until `update` completes it
+            row = row._replace(**dict(zip(("value", "next_value"), acting_values(acting, policy_params, aux, x, out))))
         discounted = jnp.where(out.terminated | out.truncated, 0.0, discounted)
         state = state._replace(env_state=out.state, obs=out.obs.astype(jnp.float32), discounted_return=discounted,
                                env_steps=state.env_steps + n)
         return (state, policy_params, aux), (row, out.info)
 
     def update(state: OnDeviceState) -> tuple[OnDeviceState, dict[str, jax.Array]]:
-        key, rollout_key = jax.random.split(state.key)
+        # every step's env keys and exploration noise at once: two random-number programs per update, none per step
+        keys = jax.random.split(state.key, 2 + fragment_steps * n)
+        key, act_key, env_keys = keys[0], keys[1], keys[2:].reshape((fragment_steps, n, *keys.shape[1:]))
+        draws = (jax.random.split(act_key, fragment_steps) if acting.noise is None
+                 else acting.noise(act_key, (fragment_steps, n)))
         policy_params = al.policy(state.learner)
+        aux = acting_aux(acting, policy_params)
         (state, _, _), (steps, info) = jax.lax.scan(
-            step, (state._replace(key=key), policy_params, acting_aux(acting, policy_params)),
-            jax.random.split(rollout_key, fragment_steps))
+            step, (state._replace(key=key), policy_params, aux), (env_keys, draws))
+        if acting.value is not None:
+            last_value = acting.value(policy_params, observe(acting, aux, state.obs))
+            steps = steps._replace(next_value=bootstrap_values(steps.value, last_value, steps.truncated,
+                                                               steps.next_value))
         learner, metrics = al.learn(state.learner, steps)
         return state._replace(learner=learner), {**episode_metrics(info), **metrics}
 

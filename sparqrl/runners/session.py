@@ -178,13 +178,22 @@ def finished_summary(rundir: RunDir) -> dict[str, Any]:
     return json.loads((rundir.path / SUMMARY).read_text())
 
 
+def no_checkpoint_restored(where: Path, error: DamagedCheckpoints) -> str:
+    """Why no checkpoint in `where` restored: each holds a state of another structure (an older sparqrl's
+    algorithm kept another one, e.g. PPO on device before it became an `ActorLearner`), or damage."""
+    if all("structures do not match" in why for _, why in error.damaged):
+        return (f"the checkpoints in {where} hold a training state of another structure (an older sparqrl's), "
+                "which this version cannot restore")
+    return f"no intact checkpoint in {where} ({error})"
+
+
 def saved_state(rundir: RunDir, abstract_state: Any) -> Any:
     """The state of the newest intact checkpoint of a run (for `eval`); a one-line error without one."""
     checkpointer = Checkpointer(rundir.path / "checkpoint", read_only=True)
     try:
         restored = checkpointer.restore_intact(abstract_state)
     except DamagedCheckpoints as error:
-        raise RunFailed(f"no intact checkpoint in {rundir.path / 'checkpoint'} ({error})") from None
+        raise RunFailed(no_checkpoint_restored(rundir.path / "checkpoint", error)) from None
     finally:
         checkpointer.close()
     if restored is None:
@@ -220,7 +229,7 @@ def run_session(rundir: RunDir, run: RunConfig, algo_name: str, driver: Driver, 
         raise RunInterrupted(f"interrupted after {records.done_text(saved)}; checkpoint saved; continue with: "
                              f"{go_on}") from None
     except DamagedCheckpoints as error:
-        raise RunFailed(f"no intact checkpoint in {out / 'checkpoint'} ({error}); remove that folder and run "
+        raise RunFailed(f"{no_checkpoint_restored(out / 'checkpoint', error)}; remove that folder and run "
                         f"`{go_on}` to start the run over with its saved config") from None
     except LinkRefused as error:  # found while the run went on (a writer checks the folder before it starts)
         raise RunFailed(str(error)) from None

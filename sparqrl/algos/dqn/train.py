@@ -41,7 +41,7 @@ import optax
 from sparqrl import replay, sparse
 from sparqrl.algos import replay_learner, sparsify
 from sparqrl.algos.base import (
-    Acting, ActorLearner, Algorithm, Step, clipped_adam, has_tracers, make_hparams_train_fn, on_device, per_step,
+    Acting, ActorLearner, Algorithm, Step, clipped_adam, has_tracers, keyed, make_hparams_train_fn, on_device, per_step,
 )
 from sparqrl.algos.dqn.config import Config
 from sparqrl.algos.dqn.losses import apex_priority, chosen_q, q_target, td_loss, weighted_td_loss
@@ -130,16 +130,21 @@ def apex_epsilons(
     return jnp.power(jnp.float32(epsilon), 1.0 + alpha * fraction)
 
 
-def epsilon_greedy(q: jax.Array, epsilon: jax.Array, explore_key: jax.Array, random_key: jax.Array) -> jax.Array:
+def exploration_noise(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """What `epsilon_greedy` draws for envs laid out as `shape`: uniform [*shape, 2] in [0, 1), one random-number
+    program however many steps it serves (`base.Acting.noise`)."""
+    return jax.random.uniform(key, (*shape, 2))
+
+
+def epsilon_greedy(q: jax.Array, epsilon: jax.Array, noise: jax.Array) -> jax.Array:
     """int32 actions [N] from q [N, A]: uniform random with probability epsilon ([] or [N]), else argmax.
 
-    explore_key decides whether to explore, random_key draws the random action.
+    noise [N, 2] (`exploration_noise`): [:, 0] < epsilon explores, [:, 1] picks the random action.
     """
-    batch, num_actions = q.shape[:-1], q.shape[-1]
+    num_actions = q.shape[-1]
     greedy = jnp.argmax(q, axis=-1).astype(jnp.int32)
-    random_action = jax.random.randint(random_key, batch, 0, num_actions, dtype=jnp.int32)
-    explore = jax.random.uniform(explore_key, batch) < epsilon
-    return jnp.where(explore, random_action, greedy)
+    random_action = jnp.minimum((noise[..., 1] * num_actions).astype(jnp.int32), num_actions - 1)
+    return jnp.where(noise[..., 0] < epsilon, random_action, greedy)
 
 
 def make_training(config: Config) -> sparse.NetTraining:
@@ -241,8 +246,8 @@ def make_acting(config: Config, spec: Any) -> Acting:
     network = _q_network(config, spec)
     epsilon = epsilon_schedule(config)
 
-    def explore(
-        raw: jax.Array, key: jax.Array, env_steps: jax.Array, slots: jax.Array, total_slots: int, aux: Any = None
+    def explore_with(
+        raw: jax.Array, noise: jax.Array, env_steps: jax.Array, slots: jax.Array, total_slots: int, aux: Any = None
     ) -> tuple[jax.Array, jax.Array]:
         del aux
         q = raw.astype(jnp.float32)
@@ -250,8 +255,7 @@ def make_acting(config: Config, spec: Any) -> Acting:
             eps = apex_epsilons(slots, total_slots, config.apex_epsilon, config.apex_alpha)
         else:
             eps = epsilon(env_steps)
-        explore_key, random_key = jax.random.split(key)
-        action = epsilon_greedy(q, eps, explore_key, random_key)
+        action = epsilon_greedy(q, eps, noise)
         return action, chosen_q(q, action)
 
     def greedy(raw: jax.Array) -> jax.Array:
@@ -259,8 +263,8 @@ def make_acting(config: Config, spec: Any) -> Acting:
 
     def evaluate(raw: jax.Array, key: jax.Array) -> jax.Array:
         """Epsilon-greedy at `epsilon_finish` (Mnih et al. 2015 evaluate Atari at 0.05)."""
-        explore_key, random_key = jax.random.split(key)
-        return epsilon_greedy(raw.astype(jnp.float32), jnp.float32(config.epsilon_finish), explore_key, random_key)
+        return epsilon_greedy(raw.astype(jnp.float32), jnp.float32(config.epsilon_finish),
+                              exploration_noise(key, raw.shape[:1]))
 
     def priority(raw_next: jax.Array, step: Step) -> jax.Array:
         """|r + γ(1 − terminated) max_a Q(s', a) − Q(s, a)| [N] under the actor's copy (`apex_priority`)."""
@@ -270,12 +274,14 @@ def make_acting(config: Config, spec: Any) -> Acting:
         network=network,
         network_params=lambda policy_params: policy_params,
         activation=config.activation,
-        explore=explore,
+        explore=keyed(exploration_noise, explore_with),
         greedy=greedy,
         to_env=lambda action: action,
         priority=priority if config.prioritized else None,
         features=torso_features(tuple(spec.observation_shape), config.activation),
         evaluate=evaluate,
+        noise=exploration_noise,
+        explore_with=explore_with,
     )
 
 

@@ -34,7 +34,7 @@ import optax
 from sparqrl import replay, returns, sparse
 from sparqrl.algos import replay_learner, sparsify
 from sparqrl.algos.base import (
-    Acting, ActorLearner, Algorithm, Step, forward, has_tracers, make_hparams_train_fn, on_device, per_step,
+    Acting, ActorLearner, Algorithm, Step, forward, has_tracers, keyed, make_hparams_train_fn, on_device, per_step,
 )
 from sparqrl.algos.offpolicy.config import OffPolicyConfig
 from sparqrl.envs import action_dim
@@ -81,7 +81,8 @@ class Agent(NamedTuple):
     network, network_params, activation            the policy network as a Dense chain on flat observations:
                                                    raw = network.apply(network_params(policy_params), obs)
                                                    (see `sparqrl.algos.base.Acting`)
-    behaviour(raw [N, out], key) -> (action, reference)   after warm-up, both [N, |A|] in [-1, 1]
+    behaviour(raw [N, out], eps [N, |A|]) -> (action, reference)   after warm-up, both [N, |A|] in [-1, 1];
+                                                   eps: standard normal exploration noise drawn ahead
     greedy(raw [..., out]) -> [..., |A|]           the deterministic action in [-1, 1] (evaluation, and the
                                                    dynamic buffer's π(s))
     gradient_step(agent, batch, terms, iteration, key) -> (agent, replay_learner.Metrics)
@@ -266,6 +267,31 @@ def dynamic_rule(config: OffPolicyConfig) -> dynamic.DynamicReplay:
     )
 
 
+def make_exploration(agent: Agent, num_actions: int, start: int) -> tuple[Callable, Callable]:
+    """`Acting.noise` and `Acting.explore_with` of the loop: uniform random actions for the env steps before
+    `start` (`learning_start_step`), then the agent's behaviour on exploration noise drawn ahead."""
+
+    def noise(key: jax.Array, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
+        """(ε standard normal for the behaviour, the warm-up's uniform random action in [-1, 1]), [*shape, |A|]."""
+        behaviour_key, random_key = jax.random.split(key)
+        return (jax.random.normal(behaviour_key, (*shape, num_actions)),
+                jax.random.uniform(random_key, (*shape, num_actions), minval=-1.0, maxval=1.0))
+
+    def explore_with(raw: jax.Array, noise: tuple[jax.Array, jax.Array], env_steps: jax.Array,
+                     slots: jax.Array | None = None, total_slots: int = 1, aux: Any = None
+                     ) -> tuple[jax.Array, jax.Array]:
+        """(action, reference action) [N, |A|] from the policy network's output raw [N, out]: uniform
+        random for the env steps before `learning_start_step` (`env_steps` counts those already taken),
+        then the agent's behaviour. (`slots`/`total_slots`: unused, every env explores alike; no `aux`.)"""
+        del slots, total_slots, aux
+        eps, random_action = noise
+        action, reference = agent.behaviour(raw, eps)
+        warmup = ((env_steps + jnp.arange(raw.shape[0])) < start)[:, None]  # per env step index
+        return jnp.where(warmup, random_action, action), jnp.where(warmup, random_action, reference)
+
+    return noise, explore_with
+
+
 def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> ActorLearner:
     """The loop for a resolved `config` (`Config.validate(env)`) and an environment or host spec
     (`observation_shape`, `action_space`)."""
@@ -293,20 +319,9 @@ def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> ActorLear
             buffer_distance=jnp.zeros((), jnp.float32),
         )
 
-    def explore(raw: jax.Array, key: jax.Array, env_steps: jax.Array, slots: jax.Array | None = None,
-                total_slots: int = 1, aux: Any = None) -> tuple[jax.Array, jax.Array]:
-        """(action, reference action) [N, |A|] from the policy network's output raw [N, out]: uniform
-        random for the env steps before `learning_start_step` (`env_steps` counts those already taken),
-        then the agent's behaviour. (`slots`/`total_slots`: unused, every env explores alike; no `aux`.)"""
-        del slots, total_slots, aux
-        behaviour_key, random_key = jax.random.split(key)
-        action, reference = agent.behaviour(raw, behaviour_key)
-        n = raw.shape[0]
-        random_action = jax.random.uniform(random_key, (n, num_actions), minval=-1.0, maxval=1.0)
-        warmup = ((env_steps + jnp.arange(n)) < start)[:, None]  # per env step index
-        return jnp.where(warmup, random_action, action), jnp.where(warmup, random_action, reference)
-
-    acting = Acting(agent.network, agent.network_params, agent.activation, explore, agent.greedy, to_env)
+    noise, explore_with = make_exploration(agent, num_actions, start)
+    acting = Acting(agent.network, agent.network_params, agent.activation, keyed(noise, explore_with), agent.greedy,
+                    to_env, noise=noise, explore_with=explore_with)
     obs_ndim = len(env.observation_shape)
 
     def dynamic_actions(policy_params: Any, items: Transition) -> tuple[jax.Array, jax.Array]:

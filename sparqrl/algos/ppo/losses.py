@@ -54,24 +54,6 @@ def gae(
     return advantages, advantages + values
 
 
-def bootstrap_values(values: jax.Array, last_value: jax.Array, truncated: jax.Array,
-                     truncated_value: jax.Array) -> jax.Array:
-    """V(s'_t) for `gae`, s'_t the observation step t reached before any auto-reset:
-
-        next_values[t] = truncated_value[t]   where a time limit truncated the episode at t
-                         values[t + 1]         otherwise (last_value for the final step)
-
-    (after a termination the value is never used: `gae` does not bootstrap there).
-
-    Args:
-      values, truncated, truncated_value: [T, B]; last_value: [B], the value after the rollout.
-    Returns:
-      [T, B].
-    """
-    following = jnp.concatenate([values[1:], last_value[None]], axis=0)
-    return jnp.where(truncated, truncated_value, following)
-
-
 def normalize_advantages(advantages: jax.Array, eps: float = 1e-8) -> jax.Array:
     """(A − mean A) / (std A + eps) over the whole minibatch."""
     return (advantages - advantages.mean()) / (advantages.std() + eps)

@@ -37,7 +37,12 @@ def sample_squashed_gaussian(
     key: jax.Array, mean: jax.Array, log_std: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
     """(a [..., |A|], log π(a|s) [...]): a reparameterised sample a = tanh(mean + σ·ε), ε ~ N(0, I)."""
-    pre_tanh = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+    return squashed_gaussian(jax.random.normal(key, mean.shape), mean, log_std)
+
+
+def squashed_gaussian(eps: jax.Array, mean: jax.Array, log_std: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """`sample_squashed_gaussian` from ε [..., |A|] drawn ahead (an actor's exploration noise)."""
+    pre_tanh = mean + jnp.exp(log_std) * eps
     return jnp.tanh(pre_tanh), squashed_gaussian_log_prob(pre_tanh, mean, log_std)
 
 

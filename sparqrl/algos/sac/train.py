@@ -31,7 +31,7 @@ from sparqrl.algos.offpolicy import loop
 from sparqrl.algos.offpolicy.loop import Transition
 from sparqrl.algos.sac.config import Config
 from sparqrl.algos.sac.losses import (
-    actor_loss, bounded_log_std, critic_loss, sample_squashed_gaussian, temperature_loss,
+    actor_loss, bounded_log_std, critic_loss, sample_squashed_gaussian, squashed_gaussian, temperature_loss,
 )
 from sparqrl.envs import action_dim
 from sparqrl.lockstep import lockstep_cond
@@ -139,11 +139,11 @@ def policy_head(config: Config, actor: Actor) -> tuple[HeadMLP, Callable, Callab
     def greedy(raw: jax.Array) -> jax.Array:
         return jnp.tanh(gaussian(raw)[0])
 
-    def behaviour(raw: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def behaviour(raw: jax.Array, eps: jax.Array) -> tuple[jax.Array, jax.Array]:
         mean, log_std = gaussian(raw)
         policy_mean = jnp.tanh(mean)
         if config.behaviour == "sample":
-            return sample_squashed_gaussian(key, mean, log_std)[0], policy_mean
+            return squashed_gaussian(eps, mean, log_std)[0], policy_mean
         return policy_mean, policy_mean
 
     return network, greedy, behaviour

@@ -23,9 +23,9 @@ def smoothed_target_action(
     return jnp.clip(target_action + eps, -1.0, 1.0)
 
 
-def exploration_action(action: jax.Array, key: jax.Array, noise: float) -> jax.Array:
-    """Behaviour action [..., |A|]: clip(π(s) + N(0, noise²), −1, 1)."""
-    return jnp.clip(action + noise * jax.random.normal(key, action.shape), -1.0, 1.0)
+def exploration_action(action: jax.Array, eps: jax.Array, noise: float) -> jax.Array:
+    """Behaviour action [..., |A|]: clip(π(s) + noise · ε, −1, 1), ε [..., |A|] standard normal (drawn ahead)."""
+    return jnp.clip(action + noise * eps, -1.0, 1.0)
 
 
 def critic_loss(q1: jax.Array, q2: jax.Array, target: jax.Array) -> jax.Array:

@@ -95,9 +95,9 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
     # Actors run the actor's Dense chain (maybe quantized) and squash its output here: tanh(raw).
     network = HeadMLP(nets.actor.hidden, nets.actor.action_dim, nets.actor.activation, "torch")
 
-    def behaviour(raw: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def behaviour(raw: jax.Array, eps: jax.Array) -> tuple[jax.Array, jax.Array]:
         action = jnp.tanh(raw)
-        return exploration_action(action, key, config.exploration_noise), action
+        return exploration_action(action, eps, config.exploration_noise), action
 
     def report(agent: TD3Agent) -> dict[str, jax.Array]:
         return loop.sparsity_report(config, actor_training, critic_training, agent.actor_opt, agent.critic_opt)
