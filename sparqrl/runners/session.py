@@ -36,7 +36,7 @@ import numpy as np
 from sparqrl.config import ConfigError
 from sparqrl.runfiles import LinkRefused
 from sparqrl.signals import StopRequests
-from sparqrl.runners.checkpoint import Checkpointer, DamagedCheckpoints, NonFiniteState
+from sparqrl.runners.checkpoint import Checkpointer, DamagedCheckpoints, IncompatibleCheckpoints, NonFiniteState
 from sparqrl.runners.rundir import SUMMARY, RunDir, os_reason
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.telemetry import EnergyMeter, RunLogger, make_progress, plot_returns
@@ -178,6 +178,11 @@ def finished_summary(rundir: RunDir) -> dict[str, Any]:
     return json.loads((rundir.path / SUMMARY).read_text())
 
 
+def incompatible(path: Path, error: IncompatibleCheckpoints) -> str:
+    return (f"the checkpoints in {path / 'checkpoint'} were written by another sparqrl version, whose state for "
+            f"this algorithm differs from this one's ({error}): they cannot be read by this version")
+
+
 def saved_state(rundir: RunDir, abstract_state: Any) -> Any:
     """The state of the newest intact checkpoint of a run (for `eval`); a one-line error without one."""
     checkpointer = Checkpointer(rundir.path / "checkpoint", read_only=True)
@@ -185,6 +190,8 @@ def saved_state(rundir: RunDir, abstract_state: Any) -> Any:
         restored = checkpointer.restore_intact(abstract_state)
     except DamagedCheckpoints as error:
         raise RunFailed(f"no intact checkpoint in {rundir.path / 'checkpoint'} ({error})") from None
+    except IncompatibleCheckpoints as error:
+        raise RunFailed(incompatible(rundir.path, error)) from None
     finally:
         checkpointer.close()
     if restored is None:
@@ -222,6 +229,9 @@ def run_session(rundir: RunDir, run: RunConfig, algo_name: str, driver: Driver, 
     except DamagedCheckpoints as error:
         raise RunFailed(f"no intact checkpoint in {out / 'checkpoint'} ({error}); remove that folder and run "
                         f"`{go_on}` to start the run over with its saved config") from None
+    except IncompatibleCheckpoints as error:
+        raise RunFailed(f"{incompatible(out, error)}; remove {out / 'checkpoint'} and run `{go_on}` to start the "
+                        "run over with its saved config") from None
     except LinkRefused as error:  # found while the run went on (a writer checks the folder before it starts)
         raise RunFailed(str(error)) from None
     except OSError as error:
