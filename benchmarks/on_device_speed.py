@@ -92,6 +92,8 @@ def worker(spec: dict) -> dict:
 def measure(tree: Path, spec: dict) -> dict:
     """One worker process on `tree`; its result, or {"error": ...} when it failed."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    for name in ("JAX_COMPILATION_CACHE_DIR", "JAX_ENABLE_COMPILATION_CACHE"):  # cold compiles, as vs_rejax.py
+        env.pop(name, None)
     proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True,
                           cwd=tree, env=env)
     for line in proc.stdout.splitlines():
