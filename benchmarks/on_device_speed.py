@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/on_device_speed.py [--trees BEFORE,AFTER] [--algos dqn,td3,sac,impala,ppo]
                                                    [--rounds 3] [--seeds 1] [--repeats 3] [--scale 1.0] [--json OUT]
-    .venv/bin/python benchmarks/on_device_speed.py --trees A,B --rounds 1 --scale 0.02   # smoke: tiny budgets
+    .venv/bin/python benchmarks/on_device_speed.py --trees A,B --rounds 1 --scale 0.05   # smoke: tiny budgets
 
 Each algorithm runs on its home environment with its default Config, only `total_timesteps` set (`BUDGETS`,
 times `--scale`): DQN (500k env steps), IMPALA (3M) and PPO (3M) on CartPole-v1, TD3 (8k) and SAC (6k: one
