@@ -37,7 +37,7 @@ from sparqrl.config import ConfigError
 from sparqrl.runfiles import LinkRefused
 from sparqrl.signals import StopRequests
 from sparqrl.runners.checkpoint import Checkpointer, DamagedCheckpoints, IncompatibleCheckpoints, NonFiniteState
-from sparqrl.runners.rundir import SUMMARY, RunDir, os_reason
+from sparqrl.runners.rundir import CONFIG, SUMMARY, RunDir, os_reason
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.telemetry import EnergyMeter, RunLogger, make_progress, plot_returns
 
@@ -442,6 +442,7 @@ class TrainRecords:
         self.run, self.algo_name, self.driver = run, algo_name, driver
         self.logger: RunLogger | None = None
         self.eval_returns: np.ndarray | None = None  # the last evaluation's [seeds, episodes]
+        self.steps_asked: int | None = None  # the config's total_timesteps (`open`)
 
     def label(self) -> str:
         return f"{self.algo_name} {self.run.env}"
@@ -450,6 +451,11 @@ class TrainRecords:
         return f"{updates * self.driver.env_steps_per_update:,} env steps per seed"
 
     def open(self, rundir: RunDir, chunks_done: int, updates_done: int, resuming: bool) -> None:
+        self.steps_asked = json.loads((rundir.path / CONFIG).read_text())["config"]["total_timesteps"]
+        steps, per_update = self.driver.bounds[-1] * self.driver.env_steps_per_update, self.driver.env_steps_per_update
+        if not resuming and steps != self.steps_asked:  # said once, at the start: a budget never changes silently
+            notify(f"{self.steps_asked:,} env steps asked; {steps:,} run per seed: whole updates of {per_update:,} "
+                   f"env steps each (rounded {'down' if steps < self.steps_asked else 'up'})")
         rundir.claim("metrics.csv")
         rundir.claim("tensorboard")
         self.logger = RunLogger(rundir.path, resume_chunk=chunks_done if resuming else None,
@@ -476,6 +482,7 @@ class TrainRecords:
             "algo": self.algo_name,
             "env": run.env,
             "steps": steps_per_seed,
+            "steps_asked": self.steps_asked,
             "seeds": run.seeds,
             "final_return_mean": float(final.mean()),
             "final_return_std": float(final.std()),
