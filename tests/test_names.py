@@ -36,6 +36,7 @@ from sparqrl.runners.run_config import RunConfig
     (["sweep", "ppo", "--gird", "lr=1e-4,1e-3"], ["unknown option --gird for sparqrl sweep ppo",
                                                   "close matches: --grid"]),
     (["sweep", "ppo", "--grid", "lr=1e-4,1e-3", "--set", "learning_rate=1"], ["sparqrl calls it lr"]),
+    (["sweep", "ppo", "--grid", "learning_rate=1e-4,1e-3"], ["--grid", "sparqrl calls it lr"]),
     (["compare", "a", "b", "--outt", "c.png"], ["unknown option --outt", "close matches: --out"]),
     (["eval", "a", "--vidoe", "x.mp4"], ["close matches: --video"]),
     (["export", "a", "--formt", "onnx", "--out", "p.onnx"], ["close matches: --format"]),
@@ -59,6 +60,14 @@ def test_meta_answers_its_flags_and_fields(capsys, tmp_path):
         code, _, err = run_cli(capsys, *argv, "--out", str(tmp_path / "x"))
         assert code == 2 and err.strip().count("\n") == 0 and word in err, err
     assert not (tmp_path / "x").exists()
+
+
+def test_the_python_api_answers_another_librarys_name(tmp_path):
+    import sparqrl
+
+    with pytest.raises(cfg.ConfigError, match="learning_rate=0.001 .*sparqrl calls it lr$"):
+        sparqrl.train("ppo", "CartPole-v1", steps=100, out=tmp_path / "run", learning_rate=1e-3)
+    assert not (tmp_path / "run").exists()
 
 
 def help_flags(text: str) -> set[str]:
