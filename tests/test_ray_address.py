@@ -60,3 +60,20 @@ def test_the_connect_is_bounded_and_a_listening_port_passes():
             assert time.perf_counter() - start < 5
     with pytest.raises(ConfigError, match="HOST:PORT"):
         check_ray_address("nonsense")
+
+
+def test_a_port_that_answers_but_is_no_cluster_is_one_line_too(monkeypatch):
+    """What `check_ray_address` lets through (a port that answers) and ray.init then refuses: no traceback."""
+    import ray
+
+    import sparqrl.runners.actors as actors
+
+    def refuse(**_):
+        raise ConnectionError("Failed to connect to Ray cluster at 192.0.2.2:5")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    monkeypatch.setattr(actors, "_local_instance_ran", False)
+    with pytest.raises(ConfigError, match="ray_address='127.0.0.1:5': Failed to connect .*not a Ray cluster's GCS"):
+        with actors.ray_session("127.0.0.1:5", 1):
+            pass

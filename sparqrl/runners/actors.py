@@ -482,7 +482,11 @@ def ray_session(address: str | None, actors: int) -> Iterator[None]:
                 f"ray_address={address!r}: this Python process already ran a local Ray instance, and Ray (2.60) "
                 "then fails to create actors on a cluster it joins (each dies before it starts); join the "
                 "cluster from a new process, e.g. `sparqrl train ... --ray-address ADDRESS`")
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        try:
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        except ConnectionError as error:  # it answered `check_ray_address`'s connect, but not as a Ray cluster
+            raise ConfigError(f"ray_address={address!r}: {error} (something answers there, but not a Ray "
+                              "cluster's GCS of this Ray version)") from None
     else:
         with _loopback_node():
             ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
