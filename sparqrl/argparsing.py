@@ -10,7 +10,11 @@ from sparqrl.config import ConfigError, close_flags
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse for the commands tyro does not parse: a bad argument is a one-line `ConfigError`."""
+    """argparse for the commands tyro does not parse: a bad argument is a one-line `ConfigError`. No
+    abbreviations: argparse would read `--generation 3` as `--generations 3` without a word."""
+
+    def __init__(self, *args: typing.Any, **kwargs: typing.Any) -> None:
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def error(self, message: str) -> typing.NoReturn:
         raise ConfigError(f"{message} (see {self.prog} --help)")

@@ -33,8 +33,9 @@ commands:
   train ALGO [options]    train an agent; ALGO is one of: {', '.join(ALGORITHMS)}
                           (`sparqrl train ALGO --help` documents every option and config field)
   train ALGO --load-config FILE [options]
-                          train with the config of FILE (a sweep's best.json, a meta run's
-                          best_hparams.json or a run's config.json); an act meta run's folder: its
+                          train with the config and settings (seeds included) of FILE (a sweep's
+                          best.json, a meta run's best_hparams.json or a run's config.json), the
+                          command's flags overriding them, its --out its own; an act meta run's folder: its
                           victim's config, against its adversary (env act:DIR; act:DIR:silent: none)
   train --resume DIR      continue an interrupted run (or sweep) from its newest intact checkpoint (flags,
                           if given, must agree with the saved run; a finished run is left as it is)
@@ -313,8 +314,7 @@ def load_config(algo_name: str, path: str) -> tuple[RunConfig, Any]:
         saved = data.get("algo", algo_name)  # before the fields: another algorithm's are not this one's
         cfg.require(saved == algo_name, "--load-config", path, f"holds a {saved} config, not {algo_name}")
         config = cfg.from_dict(module.Config, data["config"], str(file))
-        saved_run = data.get("run", {})
-        run = cfg.from_dict(RunConfig, {k: v for k, v in saved_run.items() if k in ("env", "imports")}, str(file))
+        run = cfg.from_dict(RunConfig, loadable_run(data.get("run", {})), str(file))
     except cfg.ConfigError:
         raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
@@ -322,6 +322,17 @@ def load_config(algo_name: str, path: str) -> tuple[RunConfig, Any]:
                                         f"config.json ({type(error).__name__}: "
                                         f"{error})")
     return run, config
+
+
+NOT_LOADED = ("out", "overwrite", "ray_address", "preset")
+
+
+def loadable_run(saved: Any) -> Any:
+    """The run settings a `--load-config` file gives (seeds, evaluation, actors...): all it holds but the
+    output folder and `--overwrite` (the command's own), the Ray address (a file never chooses where to
+    connect, `sparqrl.trust`) and the preset (the file's config is whole). Its imports and env module still
+    need the command's `--import` (`require_trusted`)."""
+    return {k: v for k, v in saved.items() if k not in NOT_LOADED} if isinstance(saved, dict) else saved
 
 
 def act_victim_config(data: dict[str, Any], run_dir: Path) -> dict[str, Any]:
