@@ -18,7 +18,7 @@ from typing import Annotated, Any, Generic, Sequence, TypeVar
 
 import tyro
 
-from sparqrl import config as cfg, presets
+from sparqrl import config as cfg, presets, quiet
 from sparqrl.argparsing import OneLineParser, add_import_flag
 from sparqrl.algos import ALGORITHMS, get_algorithm
 from sparqrl.envs import resolve_env_name
@@ -68,6 +68,10 @@ class TrainArgs(Generic[C]):
     """Env steps per seed (sets config.total_timesteps)."""
     set: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
     """Override any field: --set key=value (repeatable); config fields and run fields alike."""
+    # `_take_verbose` takes it from argv before tyro parses the rest: declared for --help and flag matching.
+    verbose: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
+    """Show the third-party notices sparqrl hides (MuJoCo's deprecation warnings about Gymnasium's own models,
+    JAX's warning at the forks Ray starts its processes with)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,6 +272,14 @@ def _take(argv: list[str], flag: str, *, repeat: bool = False) -> tuple[list[str
     return values, rest
 
 
+def _take_verbose(argv: list[str]) -> list[str]:
+    """argv without `--verbose`, which shows third-party notices from here on, in the processes the run
+    starts too (`sparqrl.quiet`)."""
+    if "--verbose" in argv:
+        quiet.set_verbose()
+    return [item for item in argv if item != "--verbose"]
+
+
 def _with_imports(argv: list[str]) -> list[str]:
     """`--import MODULE` (repeatable) as the run's `--imports MODULE...` (RunConfig.imports)."""
     modules, rest = _take(argv, "--import", repeat=True)
@@ -347,6 +359,7 @@ def _train(argv: list[str]) -> int:
     if wants_help(argv):
         print(algo_usage("train"))
         return 0
+    argv = _take_verbose(argv)
     if "--resume" in argv:
         summary = _resume(argv)
     else:
@@ -375,6 +388,7 @@ def _sweep(argv: list[str]) -> int:
     if wants_help(argv):
         print(algo_usage("sweep"))
         return 0
+    argv = _take_verbose(argv)
     if "--resume" in argv:
         summary = _resume(argv)
     else:

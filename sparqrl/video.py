@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from sparqrl import config as cfg
+from sparqrl import config as cfg, quiet
 from sparqrl.extras import need
 from sparqrl.trust import NOTHING, Trust
 
@@ -195,6 +195,7 @@ def gym_frames(name: str, act: Act, seed: int, episodes: int, done: Episodes) ->
         cfg.require(env_id in gym.registry, "env", name, "cannot be recorded: --video records registered "
                                                          "Gymnasium ids (not a user's gym:MODULE:ATTR env)")
         limit = None if gym.registry[env_id].max_episode_steps else gym_env.DEFAULT_MAX_EPISODE_STEPS
+        quiet.before_gym_make(env_id)
         try:
             env = gym.make(env_id, render_mode="rgb_array", max_episode_steps=limit)
         except gym.error.Error as error:
@@ -291,17 +292,12 @@ def write_mp4(frames: Iterator[np.ndarray], out: Path, fps: float) -> tuple[int,
     """Encode `frames` (uint8 [H, W, 3], one size) as H.264 into `out`; returns (count, height, width).
     Frames stream to ffmpeg as they come (an episode of MuJoCo frames would not fit in memory); a partial
     file is removed on failure, and `out` is replaced only at the end."""
-    import warnings
-
     import imageio.v2 as imageio
 
     partial = out.with_name(f".{out.stem}.partial-{os.getpid()}.mp4")  # ffmpeg picks the container by suffix
     count, size = 0, None
     try:
-        with warnings.catch_warnings():
-            # imageio starts ffmpeg with subprocess, whose fork is followed at once by exec: JAX's warning
-            # about forking a multithreaded process does not apply
-            warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
+        with quiet.exec_forks():  # imageio starts ffmpeg with subprocess
             # macro_block_size=2: yuv420p needs even sides; frames of other sizes are scaled, never cropped
             with imageio.get_writer(partial, format="FFMPEG", mode="I", fps=fps, codec="libx264",
                                     pixelformat="yuv420p", macro_block_size=2, ffmpeg_log_level="error") as writer:

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sparqrl import quant
+from sparqrl import quant, quiet
 from sparqrl.config import ConfigError
 from sparqrl.algos.base import Step, observe
 from sparqrl.envs.envpool_env import make_vec_env
@@ -483,12 +483,13 @@ def ray_session(address: str | None, actors: int) -> Iterator[None]:
                 "then fails to create actors on a cluster it joins (each dies before it starts); join the "
                 "cluster from a new process, e.g. `sparqrl train ... --ray-address ADDRESS`")
         try:
-            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+            with quiet.exec_forks():
+                ray.init(address=address, logging_level="ERROR", log_to_driver=False)
         except ConnectionError as error:  # it answered `check_ray_address`'s connect, but not as a Ray cluster
             raise ConfigError(f"ray_address={address!r}: {error} (something answers there, but not a Ray "
                               "cluster's GCS of this Ray version)") from None
     else:
-        with _loopback_node():
+        with _loopback_node(), quiet.exec_forks():  # Ray starts its processes with subprocess
             ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
                      logging_level="ERROR", log_to_driver=False, num_cpus=max(os.cpu_count() or 1, actors))
         _local_instance_ran = True
