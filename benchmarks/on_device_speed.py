@@ -33,11 +33,11 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+from machine import cpu_name  # (benchmarks/ is the script's folder)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_TAG = "ON-DEVICE-SPEED "
@@ -119,14 +119,6 @@ def tree_commit(tree: Path) -> str:
     return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def run_rounds(trees: list[Path], algos: list[str], args: argparse.Namespace) -> dict:
@@ -224,7 +216,7 @@ def main() -> None:
     print_table(summary, trees, commits, device, args)
     if args.json:
         record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                  "device": device, "cpu": cpu_model(), "cores": os.cpu_count(), "python": sys.version.split()[0],
+                  "device": device, "cpu": cpu_name(), "cores": os.cpu_count(), "python": sys.version.split()[0],
                   "trees": [str(t) for t in trees], "commits": commits, "args": vars(args), "budgets": BUDGETS,
                   "summary": summary, "results": results}
         Path(args.json).write_text(json.dumps(record, indent=2))
