@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+
 from machine import cpu_name  # (benchmarks/ is the script's folder)
 
 ROOT = Path(__file__).resolve().parent.parent
