@@ -31,19 +31,11 @@ import platform
 from pathlib import Path
 
 # the timing helpers are the rejax peer's (benchmarks/ is this script's folder, as for vs_rejax.py)
+from machine import cpu_name  # noqa: E402
 from peer_rejax import compile_timed, run_timed  # noqa: E402
 
 ALGOS = ("ppo", "dqn")
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def final_return(metrics: dict) -> float:
@@ -149,7 +141,7 @@ def main() -> None:
     import jax
 
     report = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": platform.node(),
-              "cpu": cpu_model(), "cpus": os.cpu_count(), "jax": jax.__version__,
+              "cpu": cpu_name(), "cpus": os.cpu_count(), "jax": jax.__version__,
               "device": f"{jax.devices()[0].device_kind} x{jax.device_count()} ({jax.default_backend()})",
               "args": vars(args), "algos": {}}
     print(f"{report['cpu']}, {report['cpus']} cores; jax {report['jax']}; {report['device']}")

@@ -12,12 +12,13 @@ import gc
 import io
 import json
 import sys
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Generic, Sequence, TypeVar
 
 import tyro
 
-from sparqrl import config as cfg, presets
+from sparqrl import config as cfg, presets, quiet
 from sparqrl.argparsing import OneLineParser, add_import_flag
 from sparqrl.algos import ALGORITHMS, get_algorithm
 from sparqrl.envs import resolve_env_name
@@ -32,8 +33,9 @@ commands:
   train ALGO [options]    train an agent; ALGO is one of: {', '.join(ALGORITHMS)}
                           (`sparqrl train ALGO --help` documents every option and config field)
   train ALGO --load-config FILE [options]
-                          train with the config of FILE (a sweep's best.json, a meta run's
-                          best_hparams.json or a run's config.json); an act meta run's folder: its
+                          train with the config and settings (seeds included) of FILE (a sweep's
+                          best.json, a meta run's best_hparams.json or a run's config.json), the
+                          command's flags overriding them, its --out its own; an act meta run's folder: its
                           victim's config, against its adversary (env act:DIR; act:DIR:silent: none)
   train --resume DIR      continue an interrupted run (or sweep) from its newest intact checkpoint (flags,
                           if given, must agree with the saved run; a finished run is left as it is)
@@ -66,6 +68,30 @@ class TrainArgs(Generic[C]):
     """Env steps per seed (sets config.total_timesteps)."""
     set: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
     """Override any field: --set key=value (repeatable); config fields and run fields alike."""
+    # `_take_verbose` takes it from argv before tyro parses the rest: declared for --help and flag matching.
+    verbose: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
+    """Show the third-party notices sparqrl hides (MuJoCo's deprecation warnings about Gymnasium's own models,
+    JAX's warning at the forks Ray starts its processes with)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepArgs(TrainArgs[C]):
+    """Train every setting x --seeds of ALGO in ONE compiled program (traced hyperparameters); writes sweep.csv,
+    sweep.png and best.json besides a run's files."""
+
+    # `_sweep` takes these three from argv before tyro parses the rest (their checks are its own): declared
+    # here so that --help lists them and a misspelt flag is matched against them.
+    grid: Annotated[tuple[str, ...], tyro.conf.UseAppendAction, tyro.conf.arg(metavar="FIELD=V1,V2,...")] = ()
+    """A traced field and its values: the settings are every combination of the grids."""
+    random: Annotated[tuple[str, ...], tyro.conf.UseAppendAction,
+                      tyro.conf.arg(metavar="FIELD=log|lin:LOW:HIGH")] = ()
+    """A traced field drawn at random between LOW and HIGH on a log or linear scale, --samples times."""
+    samples: int | None = None
+    """How many settings --random draws."""
+
+
+ARGS = {"train": TrainArgs, "sweep": SweepArgs}
+"""The tyro-parsed commands and their arguments."""
 
 
 from sparqrl.runners.run_config import RunConfig  # noqa: E402  (after TrainArgs for the forward reference)
@@ -79,9 +105,9 @@ def apply_overrides(run: RunConfig, config, steps: int | None, items: Sequence[s
     unknown = [k for k in overrides if k not in config_fields | run_fields]
     if unknown:
         key = unknown[0]
-        raise cfg.ConfigError(
-            f"unknown field {key!r} for --set{cfg.close_matches(key, config_fields | run_fields)}"
-        )
+        names = config_fields | run_fields
+        elsewhere = "" if cfg.aliases(key, names) else _elsewhere(key, type(config))  # (ours first)
+        raise cfg.ConfigError(f"unknown field {key!r} for --set{elsewhere}{cfg.close_matches(key, names)}")
     config = cfg.override(config, {k: v for k, v in overrides.items() if k in config_fields})
     run = cfg.override(run, {k: v for k, v in overrides.items() if k in run_fields and k not in config_fields})
     if steps is not None:
@@ -90,21 +116,36 @@ def apply_overrides(run: RunConfig, config, steps: int | None, items: Sequence[s
     return run, config
 
 
-def _parse_with_preset(algo_name: str, argv: list[str]) -> tuple[RunConfig, Any]:
+def _elsewhere(name: str, config_type: type) -> str:
+    """'; a field of dqn's config' when `name` is a config field of other algorithms than the one of `config_type`."""
+    holders = [a for a in ALGORITHMS if get_algorithm(a).Config is not config_type
+               and name in {f.name for f in dataclasses.fields(get_algorithm(a).Config)}]
+    return f"; a field of {' and '.join(holders)}'s config, not of this algorithm's" if holders else ""
+
+
+def _parse_with_preset(algo_name: str, argv: list[str], command: str = "train") -> tuple[RunConfig, Any]:
     """The run and algorithm configs `argv` gives over the algorithm's defaults, or over its preset for the
     environment (`sparqrl.presets`, `--preset`): the flags parsed once for the env, then over the preset."""
-    run, config = _parse(algo_name, argv, RunConfig(), get_algorithm(algo_name).Config())
+    run, config = _parse(algo_name, argv, RunConfig(), get_algorithm(algo_name).Config(), command)
     preset = presets.find(algo_name, run.env, run.preset)
     if preset is not None:
-        run, config = _parse(algo_name, argv, RunConfig(), presets.apply(preset, get_algorithm(algo_name).Config()))
+        run, config = _parse(algo_name, argv, RunConfig(), presets.apply(preset, get_algorithm(algo_name).Config()),
+                             command)
     return dataclasses.replace(run, preset=presets.name_of(preset)), config
 
 
-def _parse(algo_name: str, argv: list[str], run: RunConfig, config: Any) -> tuple[RunConfig, Any]:
-    """The run and algorithm configs `argv` gives, over the defaults `run` and `config`."""
+def _parse(algo_name: str, argv: list[str], run: RunConfig, config: Any,
+           command: str = "train") -> tuple[RunConfig, Any]:
+    """The run and algorithm configs `argv` gives, over the defaults `run` and `config`. A flag the command does
+    not take is a one-line error that names the nearest right one (`unknown_flag`)."""
     module = get_algorithm(algo_name)
     argv = _with_imports(argv)
-    args = _quiet_tyro(TrainArgs[module.Config], argv, f"sparqrl train {algo_name}", TrainArgs(run=run, config=config))
+    args_type = ARGS[command]
+    try:
+        args = _quiet_tyro(args_type[module.Config], argv, f"sparqrl {command} {algo_name}",
+                           args_type(run=run, config=config))
+    except cfg.ConfigError as error:
+        raise cfg.ConfigError(unknown_flag(algo_name, command, argv) or str(error)) from None
     run, config = apply_overrides(args.run, args.config, args.steps, args.set)
     return dataclasses.replace(run, env=resolve_env_name(run.env)), config  # as the run will record it
 
@@ -144,6 +185,74 @@ def _first_paragraph(boxed: str) -> str:
     return " ".join(words) if words else title or "bad arguments"
 
 
+def _field_flags(cls: type, prefix: str) -> set[str]:
+    """The flags tyro makes of the fields of dataclass `cls` under `prefix` ('--', '--config.'): each field's
+    name with '-' for '_', `no-NAME` for a bool, and its aliases."""
+    hints, annotated = cfg.field_types(cls), typing.get_type_hints(cls, include_extras=True)
+    flags = set()
+    for f in dataclasses.fields(cls):
+        name = f.name.replace("_", "-")
+        flags |= {prefix + name} | ({f"{prefix}no-{name}"} if hints[f.name] is bool else set())
+        metadata = typing.get_args(annotated[f.name])[1:]  # Annotated[type, tyro.conf.arg(aliases=...), ...]
+        flags |= {alias for meta in metadata for alias in getattr(meta, "aliases", None) or ()}
+    return flags
+
+
+def command_flags(algo_name: str, command: str = "train") -> frozenset[str]:
+    """Every long flag `sparqrl COMMAND ALGO` takes, '_' written '-' (tyro takes either)."""
+    own = {f"--{f.name}" for f in dataclasses.fields(ARGS[command]) if f.name not in ("run", "config")}
+    return frozenset({"--help"} | own | _field_flags(RunConfig, "--")
+                     | _field_flags(get_algorithm(algo_name).Config, "--config."))
+
+
+def unknown_flag(algo_name: str, command: str, argv: list[str]) -> str | None:
+    """One line for the first flag of `argv` that `sparqrl COMMAND ALGO` does not take, with the nearest right
+    one: the algorithms that take it; `--set FIELD=VALUE` for a config field (under its sparqrl name when the
+    flag is another library's, `cfg.FIELD_ALIASES`); else the flags spelled most alike. None: every flag is known."""
+    known = command_flags(algo_name, command)
+    for i, item in enumerate(argv):
+        flag, eq, value = item.partition("=")
+        if not flag.startswith("--") or "--" + flag[2:].replace("_", "-") in known:
+            continue
+        if not eq:
+            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else ""
+        return (f"unknown option {flag} for sparqrl {command} {algo_name}{_flag_hint(flag, value, algo_name, command)}"
+                f" (see sparqrl {command} {algo_name} --help)")
+    return None
+
+
+def _flag_hint(flag: str, value: str, algo_name: str, command: str) -> str:
+    """The rest of `unknown_flag`'s line for `flag` (given `value`, '' if none)."""
+    canonical = "--" + flag[2:].replace("_", "-")
+    takers = [a for a in ALGORITHMS if a != algo_name and canonical in command_flags(a, command)]
+    if takers:
+        return f": {' and '.join(takers)} take{'s' if len(takers) == 1 else ''} it, {algo_name} does not"
+    commands = [c for c in ARGS if c != command and canonical in command_flags(algo_name, c)]
+    if commands:
+        return f": an option of sparqrl {' and '.join(commands)}, not of sparqrl {command}"
+    name = flag[2:].removeprefix("config.").replace("-", "_")
+    config_type = get_algorithm(algo_name).Config
+    value = value or "VALUE"
+    for fields, use in (([f.name for f in dataclasses.fields(config_type)], _set_flags),
+                        ([f.name for f in dataclasses.fields(RunConfig)], _run_flags)):
+        targets = [name] if name in fields else cfg.aliases(name, fields)
+        if targets:
+            said = "" if targets == [name] else f"; sparqrl calls it {' and '.join(targets)}"
+            return f"{said}; use {use(targets, value)}"
+    return _elsewhere(name, config_type) or cfg.close_flags(flag, command_flags(algo_name, command))
+
+
+def _set_flags(fields: list[str], value: str) -> str:
+    """How the command line sets config `fields` to `value`."""
+    return (" ".join(f"--set {f}={value}" for f in fields) + " (or "
+            + " ".join(f"--config.{f.replace('_', '-')} {value}" for f in fields) + ")")
+
+
+def _run_flags(fields: list[str], value: str) -> str:
+    """How the command line sets run `fields` to `value`."""
+    return " ".join(f"--{f.replace('_', '-')} {value}" for f in fields)
+
+
 def _take(argv: list[str], flag: str, *, repeat: bool = False) -> tuple[list[str], list[str]]:
     """The values of `flag VALUE` (or `flag=VALUE`) items in argv, and argv without them."""
     values, rest, i = [], [], 0
@@ -161,6 +270,14 @@ def _take(argv: list[str], flag: str, *, repeat: bool = False) -> tuple[list[str
         i += 1
     cfg.require(repeat or len(values) <= 1, flag, values, "may be given once")
     return values, rest
+
+
+def _take_verbose(argv: list[str]) -> list[str]:
+    """argv without `--verbose`, which shows third-party notices from here on, in the processes the run
+    starts too (`sparqrl.quiet`)."""
+    if "--verbose" in argv:
+        quiet.set_verbose()
+    return [item for item in argv if item != "--verbose"]
 
 
 def _with_imports(argv: list[str]) -> list[str]:
@@ -209,8 +326,7 @@ def load_config(algo_name: str, path: str) -> tuple[RunConfig, Any]:
         saved = data.get("algo", algo_name)  # before the fields: another algorithm's are not this one's
         cfg.require(saved == algo_name, "--load-config", path, f"holds a {saved} config, not {algo_name}")
         config = cfg.from_dict(module.Config, data["config"], str(file))
-        saved_run = data.get("run", {})
-        run = cfg.from_dict(RunConfig, {k: v for k, v in saved_run.items() if k in ("env", "imports")}, str(file))
+        run = cfg.from_dict(RunConfig, loadable_run(data.get("run", {})), str(file))
     except cfg.ConfigError:
         raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
@@ -218,6 +334,17 @@ def load_config(algo_name: str, path: str) -> tuple[RunConfig, Any]:
                                         f"config.json ({type(error).__name__}: "
                                         f"{error})")
     return run, config
+
+
+NOT_LOADED = ("out", "overwrite", "ray_address", "preset")
+
+
+def loadable_run(saved: Any) -> Any:
+    """The run settings a `--load-config` file gives (seeds, evaluation, actors...): all it holds but the
+    output folder and `--overwrite` (the command's own), the Ray address (a file never chooses where to
+    connect, `sparqrl.trust`) and the preset (the file's config is whole). Its imports and env module still
+    need the command's `--import` (`require_trusted`)."""
+    return {k: v for k, v in saved.items() if k not in NOT_LOADED} if isinstance(saved, dict) else saved
 
 
 def act_victim_config(data: dict[str, Any], run_dir: Path) -> dict[str, Any]:
@@ -232,6 +359,7 @@ def _train(argv: list[str]) -> int:
     if wants_help(argv):
         print(algo_usage("train"))
         return 0
+    argv = _take_verbose(argv)
     if "--resume" in argv:
         summary = _resume(argv)
     else:
@@ -260,6 +388,7 @@ def _sweep(argv: list[str]) -> int:
     if wants_help(argv):
         print(algo_usage("sweep"))
         return 0
+    argv = _take_verbose(argv)
     if "--resume" in argv:
         summary = _resume(argv)
     else:
@@ -267,7 +396,7 @@ def _sweep(argv: list[str]) -> int:
         grid, rest = _take(rest, "--grid", repeat=True)
         random, rest = _take(rest, "--random", repeat=True)
         samples, rest = _take(rest, "--samples")
-        run, config = _parse_with_preset(algo_name, rest)
+        run, config = _parse_with_preset(algo_name, rest, "sweep")
         cfg.require(not is_host_env(run.env), "env", run.env,
                     "a sweep runs on the device: a gymnax id, brax:NAME or jax:MODULE:ATTR")
         count = _positive_int("--samples", samples[0]) if samples else None

@@ -137,10 +137,59 @@ def one_of(field: str, value: Any, choices: typing.Iterable[Any]) -> None:
     require(value in choices, field, value, f"must be one of {', '.join(map(str, choices))}")
 
 
+FIELD_ALIASES: dict[str, tuple[str, ...]] = {
+    "learning_rate": ("lr", "actor_lr", "critic_lr"), "policy_lr": ("actor_lr",), "q_lr": ("critic_lr",),
+    "n_envs": ("num_envs",), "num_envs_per_worker": ("num_envs",), "num_envs_per_env_runner": ("num_envs",),
+    "num_workers": ("actors",), "num_rollout_workers": ("actors",), "num_env_runners": ("actors",),
+    "rollout_fragment_length": ("fragment_steps",), "n_steps": ("num_steps", "nstep"), "n_step": ("nstep",),
+    "n_epochs": ("update_epochs",), "num_epochs": ("update_epochs",), "num_sgd_iter": ("update_epochs",),
+    "lambda": ("gae_lambda", "vtrace_lambda"), "lambda_": ("gae_lambda", "vtrace_lambda"),
+    "clip_range": ("clip_eps",), "clip_coef": ("clip_eps",), "clip_param": ("clip_eps",),
+    "entropy_coeff": ("ent_coef",), "vf_loss_coeff": ("vf_coef",), "grad_clip": ("max_grad_norm",),
+    "buffer_size": ("buffer_max_size",), "train_freq": ("train_interval",), "train_frequency": ("train_interval",),
+    "target_network_frequency": ("target_update_interval",), "target_network_update_freq": ("target_update_interval",),
+    "exploration_initial_eps": ("epsilon_start",), "start_e": ("epsilon_start",),
+    "exploration_final_eps": ("epsilon_finish",), "end_e": ("epsilon_finish",), "double_q": ("double_dqn",),
+    "num_steps_sampled_before_learning_starts": ("learning_starts",),
+    "policy_frequency": ("policy_delay", "actor_update_interval"), "target_policy_noise": ("target_noise",),
+    "policy_noise": ("target_noise",), "noise_clip": ("target_noise_clip",),
+    "alpha": ("init_alpha", "priority_exponent"), "initial_alpha": ("init_alpha",), "ent_coef": ("init_alpha",),
+    "autotune": ("learn_alpha",), "beta": ("importance_exponent",), "prioritized_replay_alpha": ("priority_exponent",),
+    "prioritized_replay_beta": ("importance_exponent",), "prioritized_replay_eps": ("priority_epsilon",),
+    "vtrace_clip_rho_threshold": ("rho_bar",), "net_arch": ("hidden",), "fcnet_hiddens": ("hidden",),
+    "activation_fn": ("activation",), "fcnet_activation": ("activation",), "norm_obs": ("normalize_obs",),
+    "norm_reward": ("normalize_reward",), "steps": ("total_timesteps",), "timesteps": ("total_timesteps",),
+}
+"""What Stable-Baselines3, CleanRL and RLlib call a setting whose sparqrl name differs -> sparqrl's names for it,
+in order (a config has the first of them it holds: SB3's `ent_coef` is PPO's own, SAC's `init_alpha`). Only for
+'did you mean': a user who types another library's name learns ours; nothing accepts the other name."""
+
+
+def aliases(name: str, names: typing.Iterable[str]) -> list[str]:
+    """The `names` that `name` (another library's name of a setting, '-' or '_') stands for (FIELD_ALIASES)."""
+    names = set(names)
+    return [n for n in FIELD_ALIASES.get(name.lower().replace("-", "_"), ()) if n in names]
+
+
 def close_matches(name: str, names: typing.Iterable[str]) -> str:
-    """A short 'did you mean' phrase for an unknown `name`."""
-    matches = difflib.get_close_matches(name, list(names), n=4, cutoff=0.5)
+    """A short 'did you mean' phrase for an unknown `name`: sparqrl's own name(s) when `name` is another
+    library's name of a setting (`aliases`), else the names spelled most alike."""
+    names = list(names)
+    known = aliases(name, names)
+    if known:
+        return f"; sparqrl calls it {' and '.join(known)}"
+    matches = difflib.get_close_matches(name, names, n=4, cutoff=0.5)
     return f"; close matches: {', '.join(matches)}" if matches else ""
+
+
+def close_flags(flag: str, flags: typing.Iterable[str]) -> str:
+    """`close_matches` for a command-line flag: flags compared by their names alone (`--config.ent-coef` as
+    `ent-coef`), since the dashes and prefix every flag shares would make any two look alike."""
+    by_name: dict[str, str] = {}
+    for known in sorted(flags, key=len):  # a name of two flags (`--sparse`, `--config.sparse`): the shorter
+        by_name.setdefault(known.lstrip("-").rsplit(".", 1)[-1], known)
+    matches = difflib.get_close_matches(flag.lstrip("-").rsplit(".", 1)[-1], list(by_name), n=4, cutoff=0.6)
+    return f"; close matches: {', '.join(by_name[m] for m in matches)}" if matches else ""
 
 
 def _convert(text: str, annotation: Any, field: str) -> Any:

@@ -30,12 +30,13 @@ import dataclasses
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from sparqrl import config as cfg
+from sparqrl import config as cfg, quiet
 from sparqrl.extras import need
 from sparqrl.trust import NOTHING, Trust
 
@@ -195,6 +196,7 @@ def gym_frames(name: str, act: Act, seed: int, episodes: int, done: Episodes) ->
         cfg.require(env_id in gym.registry, "env", name, "cannot be recorded: --video records registered "
                                                          "Gymnasium ids (not a user's gym:MODULE:ATTR env)")
         limit = None if gym.registry[env_id].max_episode_steps else gym_env.DEFAULT_MAX_EPISODE_STEPS
+        quiet.before_gym_make(env_id)
         try:
             env = gym.make(env_id, render_mode="rgb_array", max_episode_steps=limit)
         except gym.error.Error as error:
@@ -285,23 +287,35 @@ def brax_frames(name: str, act: Act, seed: int, episodes: int, done: Episodes) -
     return frames(), 1.0 / float(env.dt)
 
 
+PROGRESS_EVERY_S = 5.0
+"""Seconds between `counted`'s lines (a MuJoCo episode of 1,000 frames takes ~95 s to draw and encode)."""
+
+
+def counted(frames: Iterator[np.ndarray], done: Episodes, episodes: int, say: Callable[[str], None]
+            ) -> Iterator[np.ndarray]:
+    """`frames`, saying every `PROGRESS_EVERY_S` seconds how far the recording is (`done`: the episodes
+    finished so far)."""
+    count, last = 0, time.perf_counter()
+    for frame in frames:
+        yield frame
+        count += 1
+        if time.perf_counter() - last >= PROGRESS_EVERY_S:
+            last = time.perf_counter()
+            say(f"recording: episode {min(len(done) + 1, episodes)} of {episodes}, {count:,} frames so far")
+
+
 # ---- encoding ----
 
 def write_mp4(frames: Iterator[np.ndarray], out: Path, fps: float) -> tuple[int, int, int]:
     """Encode `frames` (uint8 [H, W, 3], one size) as H.264 into `out`; returns (count, height, width).
     Frames stream to ffmpeg as they come (an episode of MuJoCo frames would not fit in memory); a partial
     file is removed on failure, and `out` is replaced only at the end."""
-    import warnings
-
     import imageio.v2 as imageio
 
     partial = out.with_name(f".{out.stem}.partial-{os.getpid()}.mp4")  # ffmpeg picks the container by suffix
     count, size = 0, None
     try:
-        with warnings.catch_warnings():
-            # imageio starts ffmpeg with subprocess, whose fork is followed at once by exec: JAX's warning
-            # about forking a multithreaded process does not apply
-            warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
+        with quiet.exec_forks():  # imageio starts ffmpeg with subprocess
             # macro_block_size=2: yuv420p needs even sides; frames of other sizes are scaled, never cropped
             with imageio.get_writer(partial, format="FFMPEG", mode="I", fps=fps, codec="libx264",
                                     pixelformat="yuv420p", macro_block_size=2, ffmpeg_log_level="error") as writer:
@@ -318,12 +332,15 @@ def write_mp4(frames: Iterator[np.ndarray], out: Path, fps: float) -> tuple[int,
 
 
 def record(run_dir: str | Path, video: str | Path, *, episodes: int = 1, policy_seed: int = 0,
-           seed: int | None = None, overwrite: bool = False, trust: Trust = NOTHING) -> Recording:
+           seed: int | None = None, overwrite: bool = False, trust: Trust = NOTHING,
+           progress: bool = True) -> Recording:
     """Record `episodes` deterministic episodes of trained policy `policy_seed` of the run in `run_dir` into
     the MP4 `video`. seed: episode e starts from seed + e (default: the run's seed). Every argument, the
     env and the extras are checked before anything runs or is written. `trust`: the modules the command
-    names (`sparqrl.trust`)."""
+    names (`sparqrl.trust`). `progress`: a line on stderr when recording starts and every
+    `PROGRESS_EVERY_S` seconds of it (`counted`)."""
     from sparqrl.runners.rundir import open_run_dir
+    from sparqrl.runners.session import notify
 
     cfg.require(isinstance(episodes, int) and episodes >= 1, "--episodes", episodes, "must be an integer >= 1")
     out = check_video_path(video, overwrite)
@@ -351,6 +368,9 @@ def record(run_dir: str | Path, video: str | Path, *, episodes: int = 1, policy_
               else gymnax_frames)
     frames, fps = source(run.env, act, start, episodes, done)
     cfg.require(math.isfinite(fps) and fps > 0, "env", run.env, f"reports a frame rate of {fps}")
+    if progress:
+        notify(f"recording {episodes} episode{'s' if episodes > 1 else ''} of {run.env} into {out}")
+        frames = counted(frames, done, episodes, notify)
     count, height, width = write_mp4(frames, out, fps)
     return Recording(video=str(out), env=run.env, policy_seed=policy_seed, seed=start, frames=count, fps=fps,
                      width=width, height=height, episode_returns=[r for r, _ in done],

@@ -142,6 +142,7 @@ def cartpole():
         ({"gamma": 1.01}, r"gamma=1.01 .*\[0, 1\]"),
         ({"tau": 0.0}, r"tau=0.0 .*\(0, 1\]"),
         ({"max_grad_norm": -1.0}, r"max_grad_norm=-1.0"),
+        ({"huber_delta": 0.0}, r"huber_delta=0.0 .*> 0"),
         ({"hidden": ()}, r"hidden=\(\)"),
         ({"activation": "gelu"}, r"activation='gelu' .*relu"),
         ({"num_envs": 20_000, "total_timesteps": 10**6}, r"num_envs=20000 .*buffer_size"),

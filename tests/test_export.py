@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -270,3 +271,17 @@ def test_missing_onnx_names_the_extra(ppo_run, tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"sparqrl export needs onnx.*pip install 'sparqrl\[export\]'"):
         export(ppo_run, tmp_path / "x.onnx")
     assert not (tmp_path / "x.onnx").exists()
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_an_exported_file_gets_the_users_default_mode(tmp_path, umask, mode):
+    """0o666 less the umask, as any file the user writes (it was mkstemp's 0600 whatever the umask)."""
+    from sparqrl.export import _write
+
+    saved = os.umask(umask)
+    try:
+        _write(tmp_path / "policy.onnx", b"onnx")
+    finally:
+        os.umask(saved)
+    assert (tmp_path / "policy.onnx").stat().st_mode & 0o777 == mode
+    assert [p.name for p in tmp_path.iterdir()] == ["policy.onnx"]  # no temporary left beside it

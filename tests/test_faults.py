@@ -288,3 +288,25 @@ def test_divergence_after_checkpoints_keeps_the_last_finite_one(tmp_path, monkey
         assert first_non_finite(load_state(out)[-1]) is None
     finally:
         checkpointer.close()
+
+
+def test_checkpoints_of_another_state_layout_say_so(tmp_path):
+    """A checkpoint that reads but holds another state than this version builds (a folder made by an older
+    sparqrl) is not called damaged: the error says which array differs. Damaged data stays damaged."""
+    import jax
+    import jax.numpy as jnp
+
+    from sparqrl.runners.checkpoint import DamagedCheckpoints, IncompatibleCheckpoints
+
+    state = {"learner": {"w": jnp.ones((2, 3))}, "obs": jnp.zeros(4)}
+    Checkpointer(tmp_path / "c").save(1, state, {})
+    spec = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)  # noqa: E731
+    with pytest.raises(IncompatibleCheckpoints, match="lacks 'learner.v'"):
+        Checkpointer(tmp_path / "c", read_only=True).restore_intact(spec({**state, "learner": {"v": jnp.ones((2, 3))}}))
+    with pytest.raises(IncompatibleCheckpoints, match=r"'learner.w': \(2, 3\), expected \(2, 4\)"):
+        Checkpointer(tmp_path / "c", read_only=True).restore_intact(spec({**state, "learner": {"w": jnp.ones((2, 4))}}))
+    assert Checkpointer(tmp_path / "c", read_only=True).restore_intact(spec(state)).step == 1
+    for data in (tmp_path / "c").rglob("d/*"):
+        data.write_bytes(b"\0" * 5)
+    with pytest.raises(DamagedCheckpoints):
+        Checkpointer(tmp_path / "c", read_only=True).restore_intact(spec(state))

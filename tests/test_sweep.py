@@ -68,7 +68,7 @@ def test_every_traced_field_is_an_input_that_matters(algo):
 def test_sweep_of_two_learning_rates_equals_two_train_runs(tmp_path):
     settings = [{"lr": lr} for lr in LRS]
     swept = train("ppo", PPO, small_run(tmp_path / "sweep"), settings=settings)
-    assert swept["settings"] == 2 and swept["compilations"] == 1 and swept["seeds"] == 2
+    assert swept["settings"] == 2 and swept["compilations"] == 1 and swept["seeds"] == 2 and swept["members"] == 4
     sweep_state = load_state(tmp_path / "sweep")[-1]
     for s, lr in enumerate(LRS):
         single = train("ppo", dataclasses.replace(PPO, lr=lr), small_run(tmp_path / f"lr{s}"))

@@ -234,3 +234,18 @@ def test_brax_env_renders_headless(tmp_path):
     frames, (count, height, width, fps, length) = render_mujoco(tmp_path, "brax_frames", "brax:inverted_pendulum", 1)
     assert frames.shape == (int(length) + 1, *video.BRAX_SIZE, 3) and int(count) == int(length) + 1
     assert frames[0].std() > 5
+
+
+def test_a_recording_says_it_started_and_how_far_it_is(capsys, cartpole_run, tmp_path, monkeypatch):
+    monkeypatch.setattr(video, "PROGRESS_EVERY_S", 0.0)  # a line after every frame
+    code, recording, err = cli(capsys, cartpole_run, "--video", tmp_path / "v.mp4")
+    lines = err.strip().splitlines()
+    assert code == 0 and lines[0] == f"sparqrl: recording 1 episode of CartPole-v1 into {tmp_path / 'v.mp4'}"
+    assert len(lines) == 1 + recording["frames"]
+    assert lines[-1] == f"sparqrl: recording: episode 1 of 1, {recording['frames']:,} frames so far"
+
+
+def test_a_recording_without_progress_says_nothing(capsys, cartpole_run, tmp_path, monkeypatch):
+    monkeypatch.setattr(video, "PROGRESS_EVERY_S", 0.0)
+    assert video.record(cartpole_run, tmp_path / "v.mp4", progress=False).frames > 0
+    assert capsys.readouterr().err == ""

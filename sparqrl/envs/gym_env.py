@@ -23,6 +23,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.wrappers import FlattenObservation, TimeLimit
 
+from sparqrl import quiet
 from sparqrl.config import ConfigError, close_matches
 from sparqrl.envs import atari, custom
 from sparqrl.envs.core import HOST_PREFIX as PREFIX, Box, Discrete, Space, is_atari, is_host_env
@@ -52,6 +53,7 @@ def _make(name: str, training: bool = True) -> gym.Env:
     if not is_host_env(name) or env_id not in gym.registry:
         raise ConfigError(f"env={name!r} is not a known Gymnasium environment{close_matches(name, gym_names())}")
     limit = None if gym.registry[env_id].max_episode_steps else DEFAULT_MAX_EPISODE_STEPS
+    quiet.before_gym_make(env_id)
     try:
         env = gym.make(env_id, max_episode_steps=limit)
     except gym.error.Error as error:  # e.g. DependencyNotInstalled for mujoco-py's -v2/-v3 ids

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -128,9 +128,12 @@ def check(model: bytes, policy: Policy, reference: Reference, count: int = CHECK
 
 
 def _write(path: Path, data: bytes) -> None:
-    """Write atomically: a partial file never takes the place of the output."""
+    """Write atomically: a partial file never takes the place of the output. The file gets the user's default
+    mode (0o666 less their umask), as any file they write: a policy is made to be shared, and mkstemp's 0600
+    would hide it from the group that shares it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)  # the kernel applies the umask
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import socket
 import time
 import warnings
 from collections import deque
@@ -27,7 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sparqrl import quant
+from sparqrl import quant, quiet
+from sparqrl.config import ConfigError
 from sparqrl.algos.base import Step, observe
 from sparqrl.envs.envpool_env import make_vec_env
 from sparqrl.envs.custom import import_modules
@@ -421,6 +423,40 @@ def _loopback_node() -> Iterator[None]:
             os.environ[_RAY_CLUSTER_SWITCH] = saved_env
 
 
+RAY_CONNECT_TIMEOUT_S = 5.0
+"""How long `check_ray_address` waits for a cluster's port to answer."""
+
+
+def check_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """A one-line `ConfigError` unless the Ray cluster `address` names answers within `timeout_s` (a TCP connect
+    to its GCS port; `ray://HOST:PORT`: to its client server). "auto" is the cluster Ray itself would join
+    (RAY_ADDRESS, then the newest `ray start` on this machine). Checked before the run folder is written:
+    `ray.init` answers no cluster with a traceback, and an address where nothing listens only after minutes
+    (its GCS reconnect timeouts). A port that answers but is no Ray cluster is left to `ray.init`."""
+    import ray._private.services as services
+
+    try:
+        target = (address.removeprefix("ray://") if address.startswith("ray://")
+                  else services.canonicalize_bootstrap_address(address))
+    except ConnectionError:  # "auto", and Ray finds no cluster
+        raise ConfigError(f"ray_address={address!r}: no Ray cluster is running on this machine (RAY_ADDRESS is unset "
+                          "and no `ray start` cluster was found); start one with `ray start --head`, or leave "
+                          "--ray-address out to run a local instance of this run") from None
+    except ValueError:
+        raise ConfigError(f"ray_address={address!r} is not allowed: must be HOST:PORT, ray://HOST:PORT or auto"
+                          ) from None
+    if target is None:  # "local": the run starts its own instance
+        return
+    host, _, port = target.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as error:
+        why = getattr(error, "strerror", None) or error  # ('Connection refused'; a timeout has none)
+        raise ConfigError(f"ray_address={address!r}: nothing answers at {target} within {timeout_s:g} s ({why}); "
+                          "start the cluster (`ray start --head`) or give its GCS's address (HOST:6379 by default)"
+                          ) from None
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None, actors: int) -> Iterator[None]:
     """Ray for one run: join the cluster at `address`, or start a new local instance (address "local":
@@ -446,9 +482,14 @@ def ray_session(address: str | None, actors: int) -> Iterator[None]:
                 f"ray_address={address!r}: this Python process already ran a local Ray instance, and Ray (2.60) "
                 "then fails to create actors on a cluster it joins (each dies before it starts); join the "
                 "cluster from a new process, e.g. `sparqrl train ... --ray-address ADDRESS`")
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        try:
+            with quiet.exec_forks():
+                ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        except ConnectionError as error:  # it answered `check_ray_address`'s connect, but not as a Ray cluster
+            raise ConfigError(f"ray_address={address!r}: {error} (something answers there, but not a Ray "
+                              "cluster's GCS of this Ray version)") from None
     else:
-        with _loopback_node():
+        with _loopback_node(), quiet.exec_forks():  # Ray starts its processes with subprocess
             ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
                      logging_level="ERROR", log_to_driver=False, num_cpus=max(os.cpu_count() or 1, actors))
         _local_instance_ran = True

@@ -141,6 +141,14 @@ def seed_sharding(seeds: int) -> NamedSharding:
     return NamedSharding(Mesh(np.array(devices[:n]), ("seeds",)), SEEDS)
 
 
+def compiling_line(env: str, cache: bool, storable: bool) -> str:
+    """What `AnakinDriver` says before it compiles: why this run compiles, and whether the next one will."""
+    why = ("first time for this configuration; later runs load it from the cache" if cache and storable
+           else "the compile cache is off (--no-compile-cache): every run compiles" if not cache
+           else "an environment object, not a name: its programs are not cached between runs")
+    return f"compiling the training program for {env} ({why})"
+
+
 def eval_keys(seed: int, seeds: int) -> jax.Array:
     """Fixed evaluation keys, so `sparqrl eval` reproduces the final evaluation."""
     return jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 0x5EED), seeds)
@@ -174,6 +182,7 @@ class AnakinDriver:
         self.compile_time_s = 0.0
         self.startup_s = 0.0
         self.programs_loaded = 0  # of the 3 programs, how many came traced from the cache (`programs`)
+        self._said_compiling = False
         self._evaluate: Program | None = None
         self.members = len(next(iter(hparams.values()))) if hparams else run.seeds
         self.member_names = member_names(settings, run.seeds)
@@ -203,19 +212,28 @@ class AnakinDriver:
         beside it on 2 cores."""
         start = time.perf_counter()
         self._init = self._build("init", init_program(self.algo_at), (SEEDS, SEEDS), SEEDS, self.keys, self.hparams,
-                                 options=run_once_options())
+                                 options=run_once_options(), on_compile=self._say_compiling)
         self._chunk = self._build("chunk", chunk_program(self.algo_at), (SEEDS, SEEDS, REPLICATED), (SEEDS, SEEDS),
-                                  self._init.out_info, self.hparams, jax.device_put(jnp.int32(1), self.replicated))
+                                  self._init.out_info, self.hparams, jax.device_put(jnp.int32(1), self.replicated),
+                                  on_compile=self._say_compiling)
         self.compile_time_s += time.perf_counter() - start
 
-    def _build(self, name: str, fn: Callable, in_specs: tuple, out_specs: Any, *args: Any, options: Any = None
-               ) -> Program:
+    def _build(self, name: str, fn: Callable, in_specs: tuple, out_specs: Any, *args: Any, options: Any = None,
+               on_compile: Callable[[], None] | None = None) -> Program:
         """`fn` (batched over the seed axis) on each device's own seeds, compiled or loaded (`build_program`)."""
         store = program_store() if self.run.compile_cache and self.env_key is not None else None
         program = build_program(name, per_device(fn, self.sharding, in_specs, out_specs), args, describe=self.describe,
-                                store=store, compiler_options=options)
+                                store=store, compiler_options=options, on_compile=on_compile)
         self.programs_loaded += program.loaded
         return program
+
+    def _say_compiling(self) -> None:
+        """One line before the training programs compile where the cache does not hold them (a Brax env's
+        take about a minute on a CPU, in silence otherwise); none with --no-progress."""
+        if self._said_compiling or not self.run.progress:
+            return
+        self._said_compiling = True
+        notify(compiling_line(self.run.env, self.run.compile_cache, self.env_key is not None))
 
     def init_state(self) -> Any:
         return self._init(self.keys, self.hparams)

@@ -146,25 +146,68 @@ class Checkpointer:
         (a writer deletes them: the run writes those steps again); None when there is no checkpoint at all.
         Raises `DamagedCheckpoints` when none is intact."""
         damaged: list[tuple[int, str]] = []
+        layouts: list[str | None] = []  # per damaged step: how its stored layout differs from the state's, or None
         with _quiet_failures(damaged):
             for step in self.steps():
                 try:
                     state, meta = self.restore(abstract_state, step)
                 except Exception as error:  # noqa: BLE001 - any failure to read a checkpoint means it is damaged
                     damaged.append((step, _one_line(error)))
+                    layouts.append(self._layout_difference(step, abstract_state))
                     continue
                 if not self._read_only:
                     for bad, _ in damaged:
                         shutil.rmtree(self._directory / str(bad), ignore_errors=True)
                     self._manager.reload()
                 return Restored(state, meta, step, damaged)
+        if damaged and all(layouts):
+            raise IncompatibleCheckpoints(layouts[0])
         if damaged:
             raise DamagedCheckpoints(damaged)
         return None
 
+    def _layout_difference(self, step: int, abstract_state: Any) -> str | None:
+        """How checkpoint `step`'s stored arrays (names and shapes, from orbax's metadata) differ from
+        `abstract_state`'s, or None when they match or cannot be read (then the checkpoint is damaged)."""
+        try:
+            stored = _orbax().StandardCheckpointer().metadata(self._directory / str(step) / "state").item_metadata
+            have = {leaf.name: tuple(leaf.shape) for leaf in jax.tree.leaves(stored.tree)}
+        except Exception:  # noqa: BLE001 - unreadable metadata: damage, not another layout
+            return None
+        return layout_difference(have, leaf_shapes(abstract_state))
+
     def close(self) -> None:
         if self._opened is not None:
             self._opened.close()
+
+
+def leaf_shapes(tree: Any) -> dict[str, tuple[int, ...]]:
+    """Each array leaf's dotted path (orbax's name for it: `learner.params.Dense_0.kernel`) and shape."""
+    def name(key: Any) -> str:
+        for attr in ("name", "key", "idx"):  # GetAttrKey, DictKey / FlattenedIndexKey, SequenceKey
+            if hasattr(key, attr):
+                return str(getattr(key, attr))
+        return str(key)
+
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {".".join(name(k) for k in path): tuple(leaf.shape) for path, leaf in leaves}
+
+
+def layout_difference(stored: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]]) -> str | None:
+    """One phrase on how a checkpoint's arrays differ from the state this version builds, or None."""
+    missing, extra = sorted(set(expected) - set(stored)), sorted(set(stored) - set(expected))
+    if missing or extra:
+        first = f"it lacks {missing[0]!r}" if missing else f"it holds {extra[0]!r}, which this version has no place for"
+        return f"{len(missing)} arrays missing and {len(extra)} unknown ({first})"
+    shapes = [k for k in sorted(expected) if stored[k] != expected[k]]
+    if shapes:
+        return f"{len(shapes)} arrays of other shapes ({shapes[0]!r}: {stored[shapes[0]]}, expected {expected[shapes[0]]})"
+    return None
+
+
+class IncompatibleCheckpoints(Exception):
+    """Every checkpoint reads, but holds another state layout than this version builds (a run folder made by
+    another sparqrl version whose state for this algorithm changed): it cannot resume; the message says how."""
 
 
 class DamagedCheckpoints(Exception):

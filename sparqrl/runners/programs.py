@@ -66,17 +66,22 @@ def run_once_options() -> dict[str, Any] | None:
 
 
 def build_program(name: str, fn: Callable, args: tuple, *, describe: str, store: Path | None,
-                  compiler_options: dict[str, Any] | None = None) -> Program:
+                  compiler_options: dict[str, Any] | None = None,
+                  on_compile: Callable[[], None] | None = None) -> Program:
     """Compile `fn(*args)` (`args`: arrays or ShapeDtypeStructs with shardings), loading its traced form
     from `store` when an earlier run stored it under the same key, and storing it otherwise. `describe`
     must say everything `fn` closes over (algorithm, its config, env, ...); `store=None` caches nothing.
-    `compiler_options`: XLA's, for this program (e.g. `run_once_options()`)."""
+    `compiler_options`: XLA's, for this program (e.g. `run_once_options()`). `on_compile()`: called before
+    a program the store does not hold is traced and compiled (XLA's cache cannot hold it either: both
+    keep what the first run of a configuration built), so that a long first compile can be said."""
     leaves, in_tree = jax.tree.flatten(args)
     specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)) for x in leaves]
     path = None if store is None else store / f"{name}-{_key(name, describe, specs, in_tree)}.jaxprogram"
     entry = _load(path) if path is not None else None
     loaded = entry is not None
     if entry is None:
+        if on_compile is not None:
+            on_compile()
         out_trees: list = []
 
         def flat(*xs: Any) -> list:  # leaves in, leaves out: what jax.export can serialize

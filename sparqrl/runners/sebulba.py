@@ -42,6 +42,7 @@ from sparqrl.runners.actors import (
     Fragment,
     PolicyCopy,
     RayPool,
+    check_ray_address,
     make_pool,
     network_paths,
     quantized_copy,
@@ -114,6 +115,8 @@ def check_extras(run: RunConfig) -> None:
         need_installed("ray", f"backend=ray ({run.actors} actors)")
         cfg.require(not is_local(run.env), "env", run.env, "is an object of this process, which Ray's actor "
                     "processes cannot rebuild: define it at module level of an importable module, or use --backend inline")
+        if run.ray_address is not None:
+            check_ray_address(run.ray_address)  # (before the run folder is written)
 
 
 def train(algo_name: str, algo_config: Any, run: RunConfig, *, on_chunk: ChunkHook | None = None) -> dict:

@@ -36,8 +36,8 @@ import numpy as np
 from sparqrl.config import ConfigError
 from sparqrl.runfiles import LinkRefused
 from sparqrl.signals import StopRequests
-from sparqrl.runners.checkpoint import Checkpointer, DamagedCheckpoints, NonFiniteState
-from sparqrl.runners.rundir import SUMMARY, RunDir, os_reason
+from sparqrl.runners.checkpoint import Checkpointer, DamagedCheckpoints, IncompatibleCheckpoints, NonFiniteState
+from sparqrl.runners.rundir import CONFIG, SUMMARY, RunDir, os_reason
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.telemetry import EnergyMeter, RunLogger, make_progress, plot_returns
 
@@ -178,13 +178,9 @@ def finished_summary(rundir: RunDir) -> dict[str, Any]:
     return json.loads((rundir.path / SUMMARY).read_text())
 
 
-def no_checkpoint_restored(where: Path, error: DamagedCheckpoints) -> str:
-    """Why no checkpoint in `where` restored: each holds a state of another structure (an older sparqrl's
-    algorithm kept another one, e.g. PPO on device before it became an `ActorLearner`), or damage."""
-    if all("structures do not match" in why for _, why in error.damaged):
-        return (f"the checkpoints in {where} hold a training state of another structure (an older sparqrl's), "
-                "which this version cannot restore")
-    return f"no intact checkpoint in {where} ({error})"
+def incompatible(path: Path, error: IncompatibleCheckpoints) -> str:
+    return (f"the checkpoints in {path / 'checkpoint'} were written by another sparqrl version, whose state for "
+            f"this algorithm differs from this one's ({error}): they cannot be read by this version")
 
 
 def saved_state(rundir: RunDir, abstract_state: Any) -> Any:
@@ -193,7 +189,9 @@ def saved_state(rundir: RunDir, abstract_state: Any) -> Any:
     try:
         restored = checkpointer.restore_intact(abstract_state)
     except DamagedCheckpoints as error:
-        raise RunFailed(no_checkpoint_restored(rundir.path / "checkpoint", error)) from None
+        raise RunFailed(f"no intact checkpoint in {rundir.path / 'checkpoint'} ({error})") from None
+    except IncompatibleCheckpoints as error:
+        raise RunFailed(incompatible(rundir.path, error)) from None
     finally:
         checkpointer.close()
     if restored is None:
@@ -229,8 +227,11 @@ def run_session(rundir: RunDir, run: RunConfig, algo_name: str, driver: Driver, 
         raise RunInterrupted(f"interrupted after {records.done_text(saved)}; checkpoint saved; continue with: "
                              f"{go_on}") from None
     except DamagedCheckpoints as error:
-        raise RunFailed(f"{no_checkpoint_restored(out / 'checkpoint', error)}; remove that folder and run "
+        raise RunFailed(f"no intact checkpoint in {out / 'checkpoint'} ({error}); remove that folder and run "
                         f"`{go_on}` to start the run over with its saved config") from None
+    except IncompatibleCheckpoints as error:
+        raise RunFailed(f"{incompatible(out, error)}; remove {out / 'checkpoint'} and run `{go_on}` to start the "
+                        "run over with its saved config") from None
     except LinkRefused as error:  # found while the run went on (a writer checks the folder before it starts)
         raise RunFailed(str(error)) from None
     except OSError as error:
@@ -441,6 +442,7 @@ class TrainRecords:
         self.run, self.algo_name, self.driver = run, algo_name, driver
         self.logger: RunLogger | None = None
         self.eval_returns: np.ndarray | None = None  # the last evaluation's [seeds, episodes]
+        self.steps_asked: int | None = None  # the config's total_timesteps (`open`)
 
     def label(self) -> str:
         return f"{self.algo_name} {self.run.env}"
@@ -449,6 +451,11 @@ class TrainRecords:
         return f"{updates * self.driver.env_steps_per_update:,} env steps per seed"
 
     def open(self, rundir: RunDir, chunks_done: int, updates_done: int, resuming: bool) -> None:
+        self.steps_asked = json.loads((rundir.path / CONFIG).read_text())["config"]["total_timesteps"]
+        steps, per_update = self.driver.bounds[-1] * self.driver.env_steps_per_update, self.driver.env_steps_per_update
+        if not resuming and steps != self.steps_asked:  # said once, at the start: a budget never changes silently
+            notify(f"{self.steps_asked:,} env steps asked; {steps:,} run per seed: whole updates of {per_update:,} "
+                   f"env steps each (rounded {'down' if steps < self.steps_asked else 'up'})")
         rundir.claim("metrics.csv")
         rundir.claim("tensorboard")
         self.logger = RunLogger(rundir.path, resume_chunk=chunks_done if resuming else None,
@@ -475,6 +482,7 @@ class TrainRecords:
             "algo": self.algo_name,
             "env": run.env,
             "steps": steps_per_seed,
+            "steps_asked": self.steps_asked,
             "seeds": run.seeds,
             "final_return_mean": float(final.mean()),
             "final_return_std": float(final.std()),

@@ -160,13 +160,15 @@ def plot_sweep(settings: list[Setting], returns: np.ndarray, png_path: Path, tit
 
 def write_outputs(rundir: Any, final_per_member: np.ndarray, *, algo_name: str, algo_config: Any, run: Any,
                   settings: list[Setting]) -> dict[str, Any]:
-    """Write sweep.csv, sweep.png and best.json into the run folder; the summary's sweep fields."""
+    """Write sweep.csv, sweep.png and best.json into the run folder; the summary's sweep fields: beside the
+    summary's `seeds` (per setting, as `--seeds`), the number of `settings` and of `members` (settings x seeds,
+    the length of `final_return_per_seed`, member s * seeds + k), so that no count reads as another."""
     returns = setting_returns(final_per_member, settings)
     best = best_setting(settings, returns)
     rundir.write_text("sweep.csv", sweep_csv(settings, returns))
     rundir.write_text("best.json", best_json(algo_name, algo_config, run, settings[best], returns[best]))
     plot_sweep(settings, returns, rundir.claim("sweep.png"),
                f"{algo_name} on {run.env}: {len(settings)} settings x {run.seeds} seed(s)")
-    return {"settings": len(settings), "swept": list(settings[0]), "best_setting": best,
+    return {"settings": len(settings), "members": returns.size, "swept": list(settings[0]), "best_setting": best,
             "best": settings[best], "best_return_mean": float(returns[best].mean()),
             "best_return_std": float(returns[best].std())}

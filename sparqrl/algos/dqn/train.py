@@ -189,7 +189,7 @@ def make_update(
     config: Config, network: QNetwork, optimizer: optax.GradientTransformation
 ) -> Callable[[Any, Online, replay_learner.Drawn, jax.Array, Any], replay_learner.Stepped]:
     """`update(target_params, online, drawn, iteration, key) -> Stepped`: one Adam step on the
-    (importance-weighted, when `drawn.weights` is given) squared TD error of `drawn.batch` [B]
+    (importance-weighted, when `drawn.weights` is given) squared or Huber (`huber_delta`) TD error of `drawn.batch` [B]
     (`replay_learner.Replay.update` once the target parameters are bound; it draws nothing).
     Its |δ| [B] is |Q(s, a) − y| under the parameters the step started from."""
 
@@ -202,7 +202,8 @@ def make_update(
             batch.reward, batch.terminated, next_q_target, next_q_online, config.gamma, config.double_dqn
         )
         q_sa = chosen_q(network.apply(params, batch.obs), batch.action)
-        loss = td_loss(q_sa, target) if weights is None else weighted_td_loss(q_sa, target, weights)
+        loss = (td_loss(q_sa, target, config.huber_delta) if weights is None
+                else weighted_td_loss(q_sa, target, weights, config.huber_delta))
         return loss, (jnp.mean(q_sa), jax.lax.stop_gradient(jnp.abs(q_sa - target)))
 
     def update(
