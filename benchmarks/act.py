@@ -7,8 +7,8 @@
 For each mode (anti: fitness = minus the victims' return; pro: plus), one `sparqrl.meta.run.train_meta`
 run evolves the adversary (OpenES, the reference's evosax 0.0.4 preset, zero start) over `--popsize`
 PPO victims trained from scratch per generation (ACT's CartPole victim: 200-step CartPole, 4 envs x 256
-steps x 32 updates). Its final evaluation trains 8 victims with the final adversary and 8 with a silent
-one on the same keys. Printed per mode: both groups' mean return over training (the fitness's measure)
+steps x 32 updates). Its final evaluation trains 32 victims (`--final-seeds`' default) with the final
+adversary and 32 with a silent one on the same keys. Printed per mode: both groups' mean return over training (the fitness's measure)
 and over the last 10 % of updates, and victims trained per second (population x seeds x generations /
 the generations' compute time) against the paper's "8192 CartPole victims in parallel on one V100".
 """

@@ -376,13 +376,15 @@ def test_act_anti_lowers_the_victims_return(capsys, tmp_path):
 def test_act_goal_mode_runs_end_to_end(capsys, tmp_path):
     """`--mode goal` through the CLI at toy size: the fitness is the goal reward the victims collect (in
     (0, 1]: exp(-(x - goal)^2)), written per generation and, for the final and the silent adversary, in the
-    summary; the victims still learn CartPole's own reward."""
+    summary (over --final-seeds victims each); the victims still learn CartPole's own reward."""
     out = tmp_path / "goal"
     code, text, err = run_cli(capsys, "meta", "act", "--env", "CartPole-v1", "--mode", "goal", "--adversary", "mlp",
                               "--popsize", "4", "--seeds", "1", "--generations", "2", "--set", "num_steps=64",
-                              "--set", "total_timesteps=2048", "--out", str(out), "--no-progress", "--no-energy")
+                              "--set", "total_timesteps=2048", "--final-seeds", "3", "--out", str(out), "--no-progress",
+                              "--no-energy")
     assert code == 0, err
     s = json.loads(text)
+    assert s["final_evaluation_seeds"] == 3
     for side in ("victim", "baseline"):
         assert 0.0 < s[f"{side}_goal_reward_mean"] <= 1.0
         assert s[f"{side}_lifetime_return_mean"] > 0
@@ -395,6 +397,8 @@ def test_act_goal_mode_runs_end_to_end(capsys, tmp_path):
     (["meta", "act", "--mode", "goal", "--env", "Acrobot-v1"], "goal runs on CartPole-v1"),
     (["meta", "act", "--adversary", "gru"], "adversary='gru'"),
     (["meta", "act", "--n-dims", "0"], "n_dims"),
+    (["meta", "act", "--final-seeds", "0"], "final_seeds=0"),
+    (["meta", "mfos", "--final-seeds", "4"], "task act only"),
     (["meta", "act", "--game", "imp"], "task mfos only"),
     (["meta", "mfos", "--mode", "pro"], "task act only"),
 ])

@@ -59,8 +59,6 @@ ES_DEFAULTS = {"seeds": 1, "sigma": 0.1, "lr": 0.05}
 """open_es's settings for what the command leaves unset: those ANTI and PRO met their goals with on a CPU
 (population 32, 40 generations; BENCHMARKS.md, "Adversarial cheap talk"); the preset's sigma 0.04 / lr 0.01
 moved nothing in 10 generations of 32."""
-FINAL_SEEDS = 8
-"""Victims trained with the final adversary and with a silent one for summary.json."""
 
 
 def victim_defaults(env_name: str) -> dict[str, Any]:
@@ -89,8 +87,10 @@ def victim_env(env: Any, params: Any, n_dims: int, adversary: str) -> EpisodeSta
     return EpisodeStats(cheap_talk.CheapTalk(env, params, n_dims=n_dims, scale=SCALE, kind=adversary))
 
 
-def make_task(env_name: str, mode: str, adversary: str, n_dims: int, victim: Any, fitness: str) -> MetaTask:
-    """The meta task 'act': genome = the adversary's parameters (zeros), fitness by `mode` (module doc)."""
+def make_task(env_name: str, mode: str, adversary: str, n_dims: int, victim: Any, fitness: str,
+              final_seeds: int) -> MetaTask:
+    """The meta task 'act': genome = the adversary's parameters (zeros), fitness by `mode` (module doc); its
+    final evaluation trains `final_seeds` victims per adversary."""
     from sparqrl.algos import ppo
 
     cfg.one_of("fitness", fitness, FITNESS)
@@ -120,12 +120,12 @@ def make_task(env_name: str, mode: str, adversary: str, n_dims: int, victim: Any
     columns = ("lifetime_return", "final_return") + (("goal_reward",) if mode == "goal" else ())
     return MetaTask(name="act", init=lambda key: zero, fitness=fitness_fn,
                     env_steps=victim.num_updates * victim.batch_size, algo="ppo", inner_config=victim,
-                    columns=columns, final_evaluation=final_evaluation(train, zero, columns))
+                    columns=columns, final_evaluation=final_evaluation(train, zero, columns, final_seeds))
 
 
-def final_evaluation(train: Callable[[Any, jax.Array], dict[str, jax.Array]], zero: Any, columns: tuple[str, ...]
-                     ) -> Callable[[Any, jax.Array], dict[str, Any]]:
-    """centre -> summary entries: FINAL_SEEDS victims trained with the evolved adversary and, on the same
+def final_evaluation(train: Callable[[Any, jax.Array], dict[str, jax.Array]], zero: Any, columns: tuple[str, ...],
+                     seeds: int) -> Callable[[Any, jax.Array], dict[str, Any]]:
+    """centre -> summary entries: `seeds` victims trained with the evolved adversary and, on the same
     keys, with a silent one (message 0): each column's mean over them, `victim_*` and `baseline_*`, and
     both mean learning curves (mean episode return per update)."""
 
@@ -143,9 +143,9 @@ def final_evaluation(train: Callable[[Any, jax.Array], dict[str, jax.Array]], ze
     run = jax.jit(scores)
 
     def evaluate(center: Any, key: jax.Array) -> dict[str, Any]:
-        keys = jax.random.split(key, FINAL_SEEDS)
+        keys = jax.random.split(key, seeds)
         found, silent = jax.device_get((run(center, keys), run(zero, keys)))
-        out: dict[str, Any] = {"final_evaluation_seeds": FINAL_SEEDS}
+        out: dict[str, Any] = {"final_evaluation_seeds": seeds}
         for name in columns:
             out[f"victim_{name}_mean"] = float(np.nanmean(found[name]))
             out[f"baseline_{name}_mean"] = float(np.nanmean(silent[name]))

@@ -63,6 +63,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default=None, help=f"act: anti, pro or goal (default {d.mode})")
     p.add_argument("--adversary", default=None, help=f"act: mlp or lstm (default {d.adversary})")
     p.add_argument("--n-dims", type=int, default=None, help=f"act: message size (default {d.n_dims})")
+    p.add_argument("--final-seeds", type=int, default=None, help="act: victims the final evaluation trains with the "
+                   f"evolved adversary and, on the same keys, with a silent one (default {d.final_seeds})")
     p.add_argument("--seed", type=int, default=None, help="seed of the meta run (default 0)")
     p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
                    help="override a field of the inner algorithm's config (repeatable)")
@@ -82,7 +84,8 @@ def config_from_args(args: argparse.Namespace):
 
     values = {}
     for name in ("env", "algo", "strategy", "generations", "popsize", "seeds", "steps", "fitness", "sigma", "lr",
-                 "fields", "game", "opponent", "trainer", "games", "mode", "adversary", "n_dims", "seed", "out", "overwrite", "country"):
+                 "fields", "game", "opponent", "trainer", "games", "mode", "adversary", "n_dims", "final_seeds", "seed",
+                 "out", "overwrite", "country"):
         value = getattr(args, name)
         if value is not None:
             values[name] = value

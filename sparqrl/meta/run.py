@@ -76,7 +76,8 @@ MAX_MEMBERS = 65_536
 """Bound on popsize and seeds, as on a train run's seeds; memory bounds their product (`check_memory`)."""
 FINAL_EVALUATION = 0x7FFFFFFF
 """fold_in index of the final evaluation's key (no generation reaches it)."""
-TASK_OPTIONS = {"mfos": ("game", "opponent", "trainer", "games"), "act": ("mode", "adversary", "n_dims")}
+TASK_OPTIONS = {"mfos": ("game", "opponent", "trainer", "games"),
+                "act": ("mode", "adversary", "n_dims", "final_seeds")}
 """Options that only one task reads: another task refuses them instead of ignoring them."""
 
 
@@ -145,9 +146,9 @@ def prepare(config: MetaConfig) -> Prepared:
 
 
 def check_memory(prepared: Prepared) -> None:
-    """popsize x seeds inner trainings must fit the devices' memory: one training traced (never compiled
-    or run), the values its program holds at the top level (its loop's carry, its stacked metrics) summed,
-    times the trainings of a generation. A lower bound of what XLA needs, so only what cannot fit is
+    """popsize x seeds inner trainings (and act's final_seeds victims) must fit the devices' memory: one
+    training traced (never compiled or run), the values its program holds at the top level (its loop's carry,
+    its stacked metrics) summed, times the trainings of a generation. A lower bound of what XLA needs, so only what cannot fit is
     refused, before anything is written (else XLA's out-of-memory traceback after the folder was)."""
     from sparqrl.runners.session import device_name, memory_bytes
 
@@ -161,6 +162,10 @@ def check_memory(prepared: Prepared) -> None:
     cfg.require(need <= have, "popsize", config.popsize, f"with {config.seeds} seed(s): a generation's "
                 f"{config.popsize * config.seeds:,} inner trainings need over {need / 2**30:,.1f} GiB, more than the "
                 f"{have / 2**30:,.1f} GiB of memory of {device_name()}; lower popsize, seeds or the inner num_envs")
+    if config.task == "act":  # its final evaluation trains final_seeds victims at once, after the whole run
+        cfg.require(one * config.final_seeds <= have, "final_seeds", config.final_seeds, f"the final evaluation's "
+                    f"{config.final_seeds:,} victims need over {one * config.final_seeds / 2**30:,.1f} GiB, more than "
+                    f"the {have / 2**30:,.1f} GiB of memory of {device_name()}")
 
 
 def _prepare(config: MetaConfig) -> Prepared:
@@ -203,7 +208,10 @@ def _prepare(config: MetaConfig) -> Prepared:
 
         config = task_defaults(config)
         inner = inner_config(config, get_algorithm("ppo"))
-        task = act.make_task(config.env, config.mode, config.adversary, config.n_dims, inner, config.fitness_kind)
+        cfg.require(cfg.is_int(config.final_seeds) and 1 <= config.final_seeds <= MAX_MEMBERS, "final_seeds",
+                    config.final_seeds, f"must be an integer from 1 to {MAX_MEMBERS:,} (victims of the final evaluation)")
+        task = act.make_task(config.env, config.mode, config.adversary, config.n_dims, inner, config.fitness_kind,
+                             config.final_seeds)
         strategy = make_strategy(config.strategy, config.popsize, task.init(None), **strategy_overrides(config))
         return Prepared(config=config, task=task, strategy=strategy, env=config.env)
     config = task_defaults(config)
