@@ -352,23 +352,26 @@ def test_ppo_victim_trains_with_traced_adversary_params():
 
 
 def test_act_anti_lowers_the_victims_return(capsys, tmp_path):
-    """Toy ACT ANTI on CartPole (population 16, 16 generations, 32-update victims of 512 steps, a static
-    adversary, OpenES sigma 0.5, lr 0.1): 8 victims trained with the evolved adversary end below 8 trained
-    with a silent one on the same keys, over the whole training and over its last 10 %. (Meta seeds 0-2:
-    final 125.0 / 130.9 / 139.4 against silent 166.2 / 174.2 / 173.3; with 10 generations seed 0 did not
-    lower the final return, 171.8 against 166.2.)"""
+    """Toy ACT ANTI on CartPole (population 16, 24 generations, 16-update victims of 512 steps, a static
+    adversary, OpenES sigma 0.5, lr 0.1): the 32 victims (--final-seeds' default) trained with the evolved
+    adversary end below 32 trained with a silent one on the same keys, by 10, over the whole training and over
+    its last 10 %. Meta seeds 0-2 (BENCHMARKS.md, "ACT's toy test made robust"): lifetime 73.1 / 68.0 / 64.7
+    against silent 118.8 / 119.2 / 115.9, final 106.7 / 106.7 / 103.4 against 171.9 / 168.9 / 163.7. With
+    16 generations the weakest of 5 seeds lowered them by 23 only; with 32-update victims of 16 generations (the
+    earlier budget) the final return fell by 9-12, within the noise of the final-return mean."""
     out = tmp_path / "act"
     code, text, err = run_cli(capsys, "meta", "act", "--env", "CartPole-v1", "--mode", "anti", "--adversary", "mlp",
-                                "--popsize", "16", "--seeds", "1", "--generations", "16", "--sigma", "0.5",
-                                "--lr", "0.1", "--set", "num_steps=128", "--set", "total_timesteps=16384",
+                                "--popsize", "16", "--seeds", "1", "--generations", "24", "--sigma", "0.5",
+                                "--lr", "0.1", "--set", "num_steps=128", "--set", "total_timesteps=8192",
                                 "--out", str(out), "--no-progress", "--no-energy")
     assert code == 0, err
     s = json.loads(text)
+    assert s["final_evaluation_seeds"] == 32
     print(f"\nACT anti: victims {s['victim_lifetime_return_mean']:.1f} / {s['victim_final_return_mean']:.1f}, "
           f"silent {s['baseline_lifetime_return_mean']:.1f} / {s['baseline_final_return_mean']:.1f}")
     assert s["victim_final_return_mean"] < s["baseline_final_return_mean"] - 10
     assert s["victim_lifetime_return_mean"] < s["baseline_lifetime_return_mean"] - 10
-    assert len(s["victim_return_per_update"]) == 32
+    assert len(s["victim_return_per_update"]) == 16
     for name in ("fitness.csv", "fitness.png", "learned.png", "best_meta_params.npz", "checkpoint"):
         assert (out / name).exists(), name
 
