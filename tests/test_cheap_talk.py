@@ -17,7 +17,7 @@ from conftest import fitness_rows, run_cli
 
 from sparqrl.algos import ppo
 from sparqrl.algos.base import make_train_fn
-from sparqrl.config import ConfigError
+from sparqrl.config import ConfigError, from_dict, to_dict
 from sparqrl.envs import EpisodeStats, action_dim
 from sparqrl.envs.cheap_talk import (
     TEST_SCALE,
@@ -31,6 +31,7 @@ from sparqrl.envs.cheap_talk import (
     zero_adversary,
 )
 from sparqrl.envs.gymnax_env import make_gymnax
+from sparqrl.meta.config import MetaConfig
 
 CARTPOLE = act_cartpole()
 PENDULUM = make_gymnax("Pendulum-v1")
@@ -393,6 +394,15 @@ def test_act_goal_mode_runs_end_to_end(capsys, tmp_path):
         assert s[f"{side}_lifetime_return_mean"] > 0
     rows = fitness_rows(out)
     assert len(rows) == 2 and all(0.0 < float(r["goal_reward"]) <= 1.0 for r in rows)
+
+
+def test_act_runs_saved_before_final_seeds_resume_with_their_8_victims():
+    """config.json of an act run from before --final-seeds (no such key) reads as the 8 it evaluated; a run
+    that records it keeps its own, and the default holds for new runs only."""
+    assert from_dict(MetaConfig, {"task": "act", "mode": "anti"}).final_seeds == 8
+    assert from_dict(MetaConfig, to_dict(MetaConfig(task="act"))).final_seeds == 32
+    assert from_dict(MetaConfig, to_dict(MetaConfig(task="act", final_seeds=5))).final_seeds == 5
+    assert from_dict(MetaConfig, {"task": "mfos"}).final_seeds == MetaConfig.final_seeds
 
 
 @pytest.mark.parametrize("argv,words", [

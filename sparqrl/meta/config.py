@@ -4,10 +4,13 @@ what reads a meta run's folder (`sparqrl.meta.act`: an `act:DIR` env) needs neit
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Mapping
 
 from sparqrl.meta import tasks as meta_tasks
 
 DEFAULT_ENV = "CartPole-v1"
+ACT_FINAL_SEEDS_BEFORE = 8
+"""The final evaluation's victims per side of an act run saved before `final_seeds` was a setting."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +117,15 @@ class MetaConfig:
 
     country: str = "USA"
     """3-letter ISO code of the grid's country, for the CO2 figure."""
+
+    @classmethod
+    def upgrade_dict(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        """A saved config.json of an older sparqrl in today's fields (`config.from_dict`): an act run saved
+        before `final_seeds` existed resumes with the 8 final victims it was started with."""
+        data = dict(data)
+        if data.get("task") == "act":
+            data.setdefault("final_seeds", ACT_FINAL_SEEDS_BEFORE)
+        return data
 
     @property
     def fitness_kind(self) -> str:
