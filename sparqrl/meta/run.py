@@ -148,8 +148,9 @@ def prepare(config: MetaConfig) -> Prepared:
 def check_memory(prepared: Prepared) -> None:
     """popsize x seeds inner trainings (and act's final_seeds victims) must fit the devices' memory: one
     training traced (never compiled or run), the values its program holds at the top level (its loop's carry,
-    its stacked metrics) summed, times the trainings of a generation. A lower bound of what XLA needs, so only what cannot fit is
-    refused, before anything is written (else XLA's out-of-memory traceback after the folder was)."""
+    its stacked metrics) summed, times the trainings of a generation. A lower bound of what XLA needs, so only
+    what cannot fit is refused, before anything is written (else XLA's out-of-memory traceback after the
+    folder was)."""
     from sparqrl.runners.session import device_name, memory_bytes
 
     config, task = prepared.config, prepared.task
