@@ -1,0 +1,52 @@
+"""What README.md and docs/ say a run does, checked on the run (issue 34 item 1): the commands themselves run in
+tests/test_documented_commands.py; these check statements about their behaviour."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from sparqrl import cli
+
+QUIET = ["--no-progress", "--no-energy"]
+
+
+def test_a_host_run_prints_the_preset_it_applied(tmp_path, capsys):
+    """README "Presets", docs/environments.md: "The command prints the values it took from the preset" holds for
+    `gym:` runs too (the actor-learner runner), with the user's own values shown where they won. Atari ids resolve
+    to their preset (`auto`), so they take this path."""
+    assert cli._parse_with_preset("ppo", ["--env", "gym:ALE/Breakout-v5"])[0].preset == "ppo-atari"
+    out = tmp_path / "run"
+    assert cli.main(["train", "ppo", "--env", "gym:CartPole-v1", "--preset", "ppo-pendulum", "--steps", "64",
+                     "--set", "num_envs=2", "--set", "num_steps=16", "--set", "num_minibatches=2",
+                     "--set", "update_epochs=1", "--chunks", "1", "--eval-episodes", "1", "--out", str(out),
+                     *QUIET]) == 0
+    err = capsys.readouterr().err
+    assert "sparqrl: preset ppo-pendulum for gym:CartPole-v1: lr=0.0003, num_envs=2, num_steps=16" in err, err
+
+
+def test_a_sweeps_metrics_csv_has_a_row_per_member_and_tensorboard_their_mean(tmp_path):
+    """README "Hyperparameters are inputs", docs/compiled-training.md "Sweeps": metrics.csv has one row per member
+    per chunk (its `seed` column the member, s x seeds + k); TensorBoard has one series per metric, the mean over
+    every member of every setting."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "sweep"
+    assert cli.main(["sweep", "ppo", "--env", "CartPole-v1", "--grid", "lr=1e-4,1e-2", "--seeds", "2",
+                     "--steps", "256", "--set", "num_envs=4", "--set", "num_steps=32", "--chunks", "2",
+                     "--eval-every", "0", "--eval-episodes", "1", "--out", str(out), *QUIET]) == 0
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    steps = sorted({int(r["env_step"]) for r in rows})
+    assert len(steps) == 2 and [int(r["seed"]) for r in rows] == [0, 1, 2, 3] * 2
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    assert [tag for tag in events.Tags()["scalars"] if "member" in tag or "seed" in tag] == []
+    points = events.Scalars("train/total_loss")
+    assert [p.step for p in points] == steps
+    means = [np.mean([float(r["total_loss"]) for r in rows if int(r["env_step"]) == s]) for s in steps]
+    np.testing.assert_allclose([p.value for p in points], means, rtol=1e-5)
+    per_setting = [np.mean([float(r["total_loss"]) for r in rows if int(r["env_step"]) == steps[-1]
+                            and int(r["seed"]) // 2 == s]) for s in range(2)]
+    assert per_setting[0] != pytest.approx(per_setting[1])  # the mean mixes two different settings
