@@ -16,6 +16,7 @@ from sparqrl.runners.rundir import open_run_dir
 from sparqrl.runners.run_config import RunConfig, check_episodes
 from sparqrl.runners.session import (RunFailed, RunInterrupted, eval_summary, finished_summary, notify,
                                      use_compile_cache)
+from sparqrl.telemetry import wandb_log
 from sparqrl.trust import NOTHING, Trust, require_trusted
 
 
@@ -29,9 +30,17 @@ def _host_runner() -> Any:
 def train(algo_name: str, algo_config: Any, run: RunConfig, **kwargs: Any) -> dict:
     """Train from scratch; returns the summary (also written to `run.out/summary.json`)."""
     use_compile_cache(run.compile_cache)
+    _check_loggers(run)
     if is_host_env(run.env):
         return _host_runner().train(algo_name, algo_config, run, **kwargs)
     return anakin.train(algo_name, algo_config, run, **kwargs)
+
+
+def _check_loggers(run: RunConfig) -> None:
+    """What the run logs to is installed (W&B's package), before anything is compiled or written; `eval` and
+    `export` of the run do not need it."""
+    if run.wandb is not None:
+        wandb_log.check_installed()
 
 
 def resume(out_dir: str | Path, progress: bool | None = None, trust: Trust = NOTHING, **kwargs: Any) -> dict:
@@ -46,6 +55,7 @@ def resume(out_dir: str | Path, progress: bool | None = None, trust: Trust = NOT
     if rundir.finished:
         notify(f"{out_dir} is a finished run ({run.env}, {algo_name}); nothing to do")
         return finished_summary(rundir)
+    _check_loggers(run)
     rundir.lock()  # the one writer from here on (the session releases it; so does a failure before it)
     try:
         use_compile_cache(run.compile_cache)
