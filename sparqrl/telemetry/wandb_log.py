@@ -112,7 +112,7 @@ def _run_id(folder: Path) -> tuple[str, bool]:
     path = folder / ID_FILE
     if path.is_file():
         saved = path.read_text().strip()
-        if saved.isalnum():
+        if saved.isascii() and saved.isalnum():
             return saved, True
         fail("resume", str(folder.parent), f"holds a damaged {path.relative_to(folder.parent)} ({saved[:40]!r}); "
              "remove it to log the rest of the run as a new W&B run")
