@@ -136,6 +136,8 @@ def test_without_the_wandb_package_it_is_one_line_before_anything_is_written(tmp
     (["--wandb", "team/proj"], "wandb='team/proj' is not allowed: must not contain '/'"),
     (["--wandb", ""], "wandb='' is not allowed: must be a W&B project name"),
     (["--wandb", "proj", "--wandb-mode", "cloud"], "--wandb-mode"),
+    (["--track"], "unknown option --track for sparqrl train ppo; sparqrl calls it wandb; use --wandb"),  # CleanRL's
+    (["--wandb-project-name", "proj"], "use --wandb proj"),
 ])
 def test_bad_wandb_flags_are_one_line(tmp_path, capsys, argv, words):
     out = tmp_path / "run"
