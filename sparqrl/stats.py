@@ -24,8 +24,9 @@ from sparqrl.extras import need
 WHAT = "sparqrl compare --stats"
 DEFAULT_REPS = 1000
 """Bootstrap resamples of every estimate: enough for stable 95 % percentile intervals of a handful of runs,
-few enough that two runs' statistics take about a second (rliable's own defaults, 50,000 for intervals and
-2,000 for profiles, take minutes for a few runs: its resampling is a Python loop)."""
+few enough that two runs' statistics take about 2 s of CPU (BENCHMARKS.md). The cost grows linearly with
+them: rliable's resampling is a Python loop, and its own default of 50,000 for intervals would take 50 times
+as long."""
 MIN_REPS, MAX_REPS = 100, 1_000_000
 DEFAULT_SEED = 0
 MIN_RUNS = 2  # one run resamples to itself: no interval

@@ -196,6 +196,8 @@ def test_several_environments_are_one_method_per_algorithm_on_normalised_scores(
     ("no --stats", r"--reps=200 is not allowed: is an option of --stats: add --stats"),
     ("few reps", r"--reps=10 is not allowed: must be an integer from 100"),
     ("unfinished", r"DIR='.*b' is not allowed: is unfinished: --stats needs each seed's final return"),
+    ("older summary", r"DIR='.*b' is not allowed: has no final_return_per_seed in its summary.json"),
+    ("non-finite", r"DIR='.*b' is not allowed: holds a non-finite final return in its summary.json"),
     ("stats image a folder", r"--out='.*compare-stats.png' is not allowed: is a folder"),
     ("no rliable", r"^sparqrl: error: sparqrl compare --stats needs rliable, which is not installed: "
                    r"pip install 'sparqrl\[rliable\]'"),
@@ -213,11 +215,20 @@ def test_bad_input_is_one_line_and_writes_nothing(runs, tmp_path, capsys, monkey
         "no --stats": [a, b, "--reps", "200"],
         "few reps": [a, b, "--stats", "--reps", "10"],
         "unfinished": [a, b, "--stats"],
+        "older summary": [a, b, "--stats"],
+        "non-finite": [a, b, "--stats"],
         "stats image a folder": [a, b, "--stats"],
         "no rliable": [a, b, "--stats"],
     }[case]
     if case == "unfinished":
         (b / "summary.json").unlink()
+    if case in ("older summary", "non-finite"):
+        summary = json.loads((b / "summary.json").read_text())
+        if case == "older summary":
+            del summary["final_return_per_seed"]
+        else:
+            summary["final_return_per_seed"][1] = float("nan")
+        (b / "summary.json").write_text(json.dumps(summary))
     if case == "stats image a folder":
         (tmp_path / "compare-stats.png").mkdir()
     if case == "no rliable":
