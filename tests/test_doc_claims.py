@@ -4,11 +4,17 @@ tests/test_documented_commands.py; these check statements about their behaviour.
 from __future__ import annotations
 
 import csv
+import re
+import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from sparqrl import cli
+from sparqrl.algos import ALGORITHMS, get_algorithm
+
+ROOT = Path(__file__).resolve().parents[1]
 
 QUIET = ["--no-progress", "--no-energy"]
 
@@ -50,3 +56,30 @@ def test_a_sweeps_metrics_csv_has_a_row_per_member_and_tensorboard_their_mean(tm
     per_setting = [np.mean([float(r["total_loss"]) for r in rows if int(r["env_step"]) == steps[-1]
                             and int(r["seed"]) // 2 == s]) for s in range(2)]
     assert per_setting[0] != pytest.approx(per_setting[1])  # the mean mixes two different settings
+
+
+def _table_rows(path: Path, header: str) -> list[list[str]]:
+    """The cells of the Markdown table whose header line starts with `header` in `path`."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def test_the_traced_fields_table_is_config_traced():
+    """docs/compiled-training.md's table of traced fields lists every algorithm's `Config.TRACED`, in order."""
+    table = {row[0].lower(): re.findall(r"`(\w+)`", row[1])
+             for row in _table_rows(ROOT / "docs" / "compiled-training.md", "| algorithm | traced fields |")}
+    assert table == {name: list(get_algorithm(name).Config.TRACED) for name in ALGORITHMS}
+
+
+def test_the_extras_tables_list_every_extra():
+    """README's and docs/index.md's extras tables name every extra of pyproject.toml (`all`: "all of the above")."""
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    for doc, header in (("README.md", "| extra | adds |"), ("docs/index.md", "| extra | what it adds |")):
+        named = {name for row in _table_rows(ROOT / doc, header) for name in re.findall(r"`([\w-]+)`", row[0])}
+        assert named == extras, (doc, sorted(extras - named), sorted(named - extras))
