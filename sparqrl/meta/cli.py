@@ -73,6 +73,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", default=None, help="no progress bar")
     p.add_argument("--no-energy", action="store_true", default=None, help="do not measure energy")
     p.add_argument("--country", default=None, help="3-letter ISO code for the CO2 figure (default USA)")
+    p.add_argument("--wandb", default=None, metavar="PROJECT", help="also log to this Weights & Biases project "
+                   "(the wandb extra; W&B's folder is OUT/wandb)")
+    p.add_argument("--wandb-mode", default=None, choices=("offline", "online"), help="offline (default: nothing "
+                   "leaves the machine; `wandb sync OUT/wandb` uploads it later) or online")
     return p
 
 
@@ -82,7 +86,8 @@ def config_from_args(args: argparse.Namespace):
 
     values = {}
     for name in ("env", "algo", "strategy", "generations", "popsize", "seeds", "steps", "fitness", "sigma", "lr",
-                 "fields", "game", "opponent", "trainer", "games", "mode", "adversary", "n_dims", "seed", "out", "overwrite", "country"):
+                 "fields", "game", "opponent", "trainer", "games", "mode", "adversary", "n_dims", "seed", "out", "overwrite", "country",
+                 "wandb", "wandb_mode"):
         value = getattr(args, name)
         if value is not None:
             values[name] = value

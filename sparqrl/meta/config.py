@@ -110,6 +110,14 @@ class MetaConfig:
     country: str = "USA"
     """3-letter ISO code of the grid's country, for the CO2 figure."""
 
+    wandb: str | None = None
+    """Also log to this Weights & Biases project (the wandb extra): the meta/ scalars TensorBoard gets,
+    config.json, summary.json and the run's files, as `sparqrl train --wandb` does; W&B's folder is OUT/wandb."""
+
+    wandb_mode: str = "offline"
+    """offline (W&B writes only OUT/wandb, nothing leaves the machine; `wandb sync OUT/wandb` uploads it later)
+    or online."""
+
     @property
     def fitness_kind(self) -> str:
         return self.fitness or meta_tasks.default_fitness(self.task)
