@@ -83,3 +83,13 @@ def test_the_extras_tables_list_every_extra():
     for doc, header in (("README.md", "| extra | adds |"), ("docs/index.md", "| extra | what it adds |")):
         named = {name for row in _table_rows(ROOT / doc, header) for name in re.findall(r"`([\w-]+)`", row[0])}
         assert named == extras, (doc, sorted(extras - named), sorted(named - extras))
+
+
+def test_the_readme_layout_names_paths_that_exist():
+    """README's Layout table points inside the repository, at paths that exist (it once pointed at a design file
+    outside it), and names every package of sparqrl/."""
+    rows = _table_rows(ROOT / "README.md", "| path | what it holds |")
+    paths = {path for row in rows for path in re.findall(r"`([\w./-]+/[\w./-]*)`", row[0])}
+    assert paths and not [path for path in paths if ".." in path or not (ROOT / path).exists()]
+    packages = {f"sparqrl/{p.parent.name}/" for p in (ROOT / "sparqrl").glob("*/__init__.py")}
+    assert packages <= paths, sorted(packages - paths)
