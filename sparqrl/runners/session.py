@@ -433,8 +433,8 @@ class _Session:
 
 
 class TrainRecords:
-    """A train run's records: metrics.csv and TensorBoard per chunk (`RunLogger`), the deterministic policy's
-    evaluation every `run.eval_every` chunks and at the end, returns.png and the summary."""
+    """A train run's records: metrics.csv and TensorBoard per chunk (`RunLogger`; W&B too with `run.wandb`), the
+    deterministic policy's evaluation every `run.eval_every` chunks and at the end, returns.png and the summary."""
 
     resume_command = "sparqrl train --resume"
     finite = True
