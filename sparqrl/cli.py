@@ -447,7 +447,7 @@ def named_on_command(algo_name: str, argv: list[str]) -> Trust:
     if not argv:
         return NOTHING
     typed, _ = _parse(algo_name, argv, RunConfig(), get_algorithm(algo_name).Config())
-    return named(typed.imports, typed.env, typed.ray_address)
+    return named(typed.imports, typed.env, typed.ray_address, wandb_mode=typed.wandb_mode)
 
 
 def _eval(argv: list[str]) -> int:

@@ -78,6 +78,14 @@ def test_an_offline_run_and_its_resume_log_what_tensorboard_gets(tmp_path, offli
 
     with pytest.raises(RunInterrupted):
         train("ppo", ppo.Config(total_timesteps=4 * 512), run, on_chunk=stop_at_2)
+    # a folder that says online (someone else's) never uploads unless the resuming command says so
+    saved = (out / "config.json").read_text()
+    (out / "config.json").write_text(saved.replace('"wandb_mode": "offline"', '"wandb_mode": "online"'))
+    capsys.readouterr()  # the first session's lines
+    code, _, err = run_cli(capsys, "train", "--resume", str(out))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"wandb_mode='online' in {out / 'config.json'}" in err and "add --wandb-mode online" in err
+    (out / "config.json").write_text(saved)
     code, stdout, err = run_cli(capsys, "train", "--resume", str(out))
     assert code == 0, err
     assert "W&B run" in err and "resumed, offline" in err and f"wandb sync {out / 'wandb'}" in err
@@ -147,3 +155,18 @@ def test_bad_wandb_flags_are_one_line(tmp_path, capsys, argv, words):
 
 def test_a_loaded_config_never_chooses_to_upload():
     assert loadable_run({"wandb": "proj", "wandb_mode": "online", "seeds": 4}) == {"wandb": "proj", "seeds": 4}
+
+
+def test_a_resumed_folder_uploads_only_when_the_command_names_online():
+    """`require_trusted` on a folder whose run logs to W&B online: refused unless the command says
+    `--wandb-mode online` (or Python's trust_imports=True); an offline folder needs nothing."""
+    from sparqrl.config import ConfigError
+    from sparqrl.trust import NOTHING, named, require_trusted
+
+    require_trusted(NOTHING, "run/config.json", uploads=False)
+    require_trusted(named(wandb_mode="online"), "run/config.json", uploads=True)
+    require_trusted(named(python=True, everything=True), "run/config.json", uploads=True)
+    for trust, allow in ((NOTHING, "add --wandb-mode online"), (named(wandb_mode="offline"), "add --wandb-mode online"),
+                         (named(python=True), "pass trust_imports=True")):
+        with pytest.raises(ConfigError, match=f"wandb_mode='online' in run/config.json: .*{allow}"):
+            require_trusted(trust, "run/config.json", uploads=True)

@@ -106,7 +106,7 @@ def config_from_args(args: argparse.Namespace):
     return MetaConfig(**values)
 
 
-RESUME_MAY_GIVE = ("resume", "generations", "no_progress", "no_energy", "imports")
+RESUME_MAY_GIVE = ("resume", "generations", "no_progress", "no_energy", "imports", "wandb_mode")
 
 
 def run_cli(argv: Sequence[str]) -> int:
@@ -119,9 +119,11 @@ def run_cli(argv: Sequence[str]) -> int:
     if args.resume is not None:
         given = [name for name, value in vars(args).items() if value is not None and name not in RESUME_MAY_GIVE]
         cfg.require(not given, "--resume", args.resume, "continues a meta run with its saved settings; only "
-                    f"--generations, --no-progress and --no-energy may be given (got {', '.join('--' + g.replace('_', '-') for g in given)})")
+                    "--generations, --no-progress, --no-energy and --wandb-mode online (to let it upload) may be "
+                    f"given (got {', '.join('--' + g.replace('_', '-') for g in given)})")
         summary = meta_run.resume_meta(args.resume, args.generations, False if args.no_progress else None,
-                                       trust=named(args.imports), energy=False if args.no_energy else None)
+                                       trust=named(args.imports, wandb_mode=args.wandb_mode),
+                                       energy=False if args.no_energy else None)
     else:
         cfg.require(args.task is not None, "TASK", "", "is missing: sparqrl meta value-loss|lpo|hparams|mfos|act [options]")
         cfg.require(not args.imports, "--import", args.imports, "is for --resume DIR (a new run's --env names its "

@@ -49,7 +49,8 @@ def resume(out_dir: str | Path, progress: bool | None = None, trust: Trust = NOT
     `progress`: show the progress bar or not (default: as the run was started). `trust`: the modules and Ray
     address the command names (`sparqrl.trust`): those the folder names must be among them."""
     rundir, algo_name, algo_config, run = open_run_dir(out_dir, trust=trust)
-    require_trusted(trust, rundir.path / "config.json", ray_address=run.ray_address)  # before any Ray is joined
+    require_trusted(trust, rundir.path / "config.json", ray_address=run.ray_address,  # before any Ray is joined
+                    uploads=run.wandb is not None and run.wandb_mode == "online")
     if progress is not None:
         run = dataclasses.replace(run, progress=progress)
     if rundir.finished:
