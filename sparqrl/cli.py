@@ -336,14 +336,14 @@ def load_config(algo_name: str, path: str) -> tuple[RunConfig, Any]:
     return run, config
 
 
-NOT_LOADED = ("out", "overwrite", "ray_address", "preset")
+NOT_LOADED = ("out", "overwrite", "ray_address", "preset", "wandb_mode")
 
 
 def loadable_run(saved: Any) -> Any:
     """The run settings a `--load-config` file gives (seeds, evaluation, actors...): all it holds but the
-    output folder and `--overwrite` (the command's own), the Ray address (a file never chooses where to
-    connect, `sparqrl.trust`) and the preset (the file's config is whole). Its imports and env module still
-    need the command's `--import` (`require_trusted`)."""
+    output folder and `--overwrite` (the command's own), the Ray address and W&B's online mode (a file never
+    chooses where to connect nor to send the run off the machine, `sparqrl.trust`) and the preset (the file's
+    config is whole). Its imports and env module still need the command's `--import` (`require_trusted`)."""
     return {k: v for k, v in saved.items() if k not in NOT_LOADED} if isinstance(saved, dict) else saved
 
 
@@ -447,7 +447,7 @@ def named_on_command(algo_name: str, argv: list[str]) -> Trust:
     if not argv:
         return NOTHING
     typed, _ = _parse(algo_name, argv, RunConfig(), get_algorithm(algo_name).Config())
-    return named(typed.imports, typed.env, typed.ray_address)
+    return named(typed.imports, typed.env, typed.ray_address, wandb_mode=typed.wandb_mode)
 
 
 def _eval(argv: list[str]) -> int:

@@ -18,13 +18,16 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from sparqrl import config as cfg
 from sparqrl.argparsing import OneLineParser
+from sparqrl.extras import need_installed
 from sparqrl.runners.rundir import CONFIG, SUMMARY, is_meta_config, open_run_dir, os_reason, saved_sweep
+from sparqrl.stats import (DEFAULT_REPS, DEFAULT_SEED, MIN_RUNS, WHAT, Stats, check_options, estimate, figure,
+                           format_stats, normalized, parse_normalize)
 from sparqrl.telemetry.logger import read_metrics
 
 DEFAULT_OUT = "compare.png"
@@ -67,6 +70,9 @@ class Row:
     setting: dict[str, float] | None
     """The swept values of a sweep's row; None for a train run."""
     curve: Curve
+    final_returns: tuple[float, ...] | None = None
+    """Each seed's final evaluation return (summary.json's final_return_per_seed); None while unfinished or
+    when the summary predates that field."""
 
     @property
     def finished(self) -> bool:
@@ -108,8 +114,8 @@ def _read_folder(path: Path) -> _Folder:
     if (path / SUMMARY).is_file():
         try:
             summary = json.loads((path / SUMMARY).read_text())
-            if sweep is not None:  # its per-member returns make the settings' rows
-                np.asarray(summary["final_return_per_seed"], np.float64).reshape(len(sweep), run.seeds)
+            if sweep is not None or "final_return_per_seed" in summary:  # the rows' per-seed final returns
+                np.asarray(summary["final_return_per_seed"], np.float64).reshape(len(sweep or [None]), run.seeds)
         except (OSError, ValueError, KeyError, TypeError) as error:
             cfg.fail("DIR", str(path), f"holds a damaged {SUMMARY} ({type(error).__name__}: {error})")
         cfg.require(isinstance(summary, dict), "DIR", str(path), f"holds a damaged {SUMMARY} (not a JSON object)")
@@ -171,20 +177,22 @@ def _rows(folder: _Folder, label: str, metric: str) -> list[Row]:
                   env_steps_per_s=_optional(summary, "env_steps_per_s"), wall_time_s=_optional(summary, "wall_time_s"),
                   energy_kwh=_optional(summary, "energy_kwh"))
     suffix = "" if summary is not None else " (unfinished)"
+    # sweep member s * seeds + k is setting s's seed k (sparqrl.runners.sweep)
+    finals = (np.asarray(summary["final_return_per_seed"], np.float64).reshape(-1, folder.seeds)
+              if summary is not None and "final_return_per_seed" in summary else None)
     if folder.sweep is None:
         return [Row(label=label + suffix, return_mean=_optional(summary, "final_return_mean"),
                     return_std=_optional(summary, "final_return_std"), setting=None,
-                    curve=curve_of(folder.metrics, metric), **shared)]
-    # sweep member s * seeds + k is setting s's seed k (sparqrl.runners.sweep)
-    finals = (np.asarray(summary["final_return_per_seed"], np.float64).reshape(len(folder.sweep), folder.seeds)
-              if summary is not None else None)
+                    curve=curve_of(folder.metrics, metric),
+                    final_returns=None if finals is None else tuple(map(float, finals[0])), **shared)]
     rows = []
     for s, setting in enumerate(folder.sweep):
         members = slice(s * folder.seeds, (s + 1) * folder.seeds)
         rows.append(Row(label=f"{label}: {_setting_label(setting)}{suffix}",
                         return_mean=None if finals is None else float(finals[s].mean()),
                         return_std=None if finals is None else float(finals[s].std()), setting=dict(setting),
-                        curve=curve_of(folder.metrics, metric, members), **shared))
+                        curve=curve_of(folder.metrics, metric, members),
+                        final_returns=None if finals is None else tuple(map(float, finals[s])), **shared))
     return rows
 
 
@@ -287,7 +295,7 @@ def plot_curves(ax: Any, rows: Sequence[Row]) -> None:
 
 def draw(rows: Sequence[Row], out: Path) -> None:
     """The curves of `rows` on shared axes, written to `out` whole or not at all."""
-    from sparqrl.telemetry.plots import finish_axes, pyplot, save_figure
+    from sparqrl.telemetry.plots import finish_axes, pyplot
 
     fig, ax = pyplot().subplots(figsize=(8, 4.8))
     plot_curves(ax, rows)
@@ -295,6 +303,13 @@ def draw(rows: Sequence[Row], out: Path) -> None:
     finish_axes(ax, "env steps per seed", f"{CURVE_LABELS[metric]}, mean ± std over seeds", title_of(rows),
                 legend=False)
     ax.legend(fontsize="small" if len(rows) > 6 else None, ncol=math.ceil(len(rows) / 16))
+    write_figure(fig, out)
+
+
+def write_figure(fig: Any, out: Path) -> None:
+    """`fig` written to `out` whole or not at all (a one-line error naming `out` when it cannot be)."""
+    from sparqrl.telemetry.plots import save_figure
+
     tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")  # keeps the extension: matplotlib's format
     try:
         save_figure(fig, tmp)
@@ -317,15 +332,133 @@ def compare(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> li
     return rows
 
 
+# ---- rliable statistics (sparqrl.stats) ----------------------------------------------------------
+
+
+def stats_image(out: str | Path) -> Path:
+    """Where `--stats` draws: beside the curves, compare.png -> compare-stats.png."""
+    path = Path(out)
+    return path.with_name(f"{path.stem}-stats{path.suffix}")
+
+
+def _method(row: Row, one_task: bool) -> str:
+    """The row's method: the row itself on one task; across tasks its algorithm (a sweep's: and setting)."""
+    if one_task:
+        return row.label
+    return row.algo if row.setting is None else f"{row.algo}: {_setting_label(row.setting)}"
+
+
+def _checked_returns(row: Row) -> np.ndarray:
+    """The row's per-seed final returns [seeds], which `--stats` needs finished, finite and 2 or more."""
+    cfg.require(row.finished, "DIR", str(row.path), "is unfinished: --stats needs each seed's final return")
+    cfg.require(row.final_returns is not None, "DIR", str(row.path),
+                f"has no final_return_per_seed in its {SUMMARY} (a run of an older sparqrl): --stats needs each "
+                "seed's final return")
+    returns = np.asarray(row.final_returns, np.float64)
+    cfg.require(len(returns) >= MIN_RUNS, "DIR", str(row.path),
+                f"has {len(returns)} seed{'s' if len(returns) != 1 else ''}{' per setting' if row.setting else ''}: "
+                f"--stats's bootstrap intervals need {MIN_RUNS} or more (train with --seeds 5, say)")
+    cfg.require(bool(np.all(np.isfinite(returns))), "DIR", str(row.path),
+                f"holds a non-finite final return in its {SUMMARY}")
+    return returns
+
+
+def score_dict(rows: Sequence[Row], normalize: Mapping[str, tuple[float, float]]
+               ) -> tuple[dict[str, np.ndarray], list[str]]:
+    """rliable's scores of `rows`, method -> final returns [seeds, tasks], and the tasks (environments).
+
+    On one environment every row is a method. Returns on several environments compare only once
+    normalised, so `normalize` ({env: (MIN, MAX)}) must name each; then the rows of one algorithm (a
+    sweep's: of one setting) are one method, with one run per environment and as many seeds on each
+    (rliable's [runs, tasks] arrays). An environment `normalize` names that no row has is an error."""
+    tasks = list(dict.fromkeys(r.env for r in rows))
+    for env in normalize:
+        cfg.require(env in tasks, "--normalize", env, f"is no environment of the compared runs ({', '.join(tasks)})")
+    for env in tasks:
+        cfg.require(len(tasks) == 1 or env in normalize, "--normalize", sorted(normalize),
+                    f"must give every environment's MIN,MAX when the runs are on several ({', '.join(tasks)}): "
+                    f"add --normalize {env}=MIN,MAX")
+    by_method: dict[str, dict[str, Row]] = {}
+    for row in rows:
+        runs = by_method.setdefault(_method(row, len(tasks) == 1), {})
+        if row.env in runs:
+            cfg.fail("DIR", str(row.path), f"is a second {_method(row, False)} run on {row.env} (beside "
+                     f"{runs[row.env].path}): across environments an algorithm (a sweep's setting) is one method, "
+                     "one run per environment")
+        runs[row.env] = row
+    scores = {}
+    for method, runs in by_method.items():
+        first = next(iter(runs.values()))
+        for env in tasks:
+            cfg.require(env in runs, "DIR", str(first.path),
+                        f"has no run of {method} on {env} beside it: every method needs a run on every environment")
+            cfg.require(runs[env].seeds == first.seeds, "DIR", str(runs[env].path),
+                        f"has {runs[env].seeds} seeds where {first.path} has {first.seeds}: one method's runs need "
+                        "as many seeds on every environment")
+        returns = [_checked_returns(runs[env]) for env in tasks]
+        scores[method] = np.stack([normalized(r, normalize[env]) if env in normalize else r
+                                   for r, env in zip(returns, tasks)], axis=1)
+    return scores, tasks
+
+
+def compare_stats(rows: Sequence[Row], normalize: Mapping[str, tuple[float, float]] | None = None,
+                  reps: int = DEFAULT_REPS, seed: int = DEFAULT_SEED) -> Stats:
+    """rliable's statistics of the rows' final returns (`score_dict`, `sparqrl.stats.estimate`): the same
+    rows, reps and seed give the same numbers."""
+    scores, tasks = score_dict(rows, normalize or {})
+    return estimate(scores, tasks, bool(normalize), reps, seed)
+
+
+def draw_stats(stats: Stats, out: str | Path) -> None:
+    """The picture of `stats` (`sparqrl.stats.figure`), written to `out` whole or not at all."""
+    write_figure(figure(stats), _check_out(out))
+
+
+def _stats_options(args: Any) -> dict[str, Any] | None:
+    """`compare_stats`'s keywords from --stats's flags, checked; None without --stats."""
+    for flag, value in (("--normalize", args.normalize), ("--reps", args.reps),
+                        ("--bootstrap-seed", args.bootstrap_seed)):
+        cfg.require(args.stats or value is None, flag, value, "is an option of --stats: add --stats")
+    if not args.stats:
+        return None
+    need_installed("rliable", WHAT)
+    options = dict(normalize=parse_normalize(args.normalize or []),
+                   reps=DEFAULT_REPS if args.reps is None else args.reps,
+                   seed=DEFAULT_SEED if args.bootstrap_seed is None else args.bootstrap_seed)
+    check_options(options["reps"], options["seed"])
+    return options
+
+
 def run_cli(argv: list[str]) -> int:
     parser = OneLineParser(prog="sparqrl compare", description=(
         "Learning curves (mean ± std over seeds) of runs and sweeps on shared axes, and a table of final "
-        "return, env steps/s, wall time and energy."))
+        "return, env steps/s, wall time and energy; with --stats, rliable's statistics of the final returns."))
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="output folder of a train run or of a sweep")
     parser.add_argument("--out", default=DEFAULT_OUT,
                         help=f"image to write (default: {DEFAULT_OUT}; an existing file is replaced)")
+    group = parser.add_argument_group("rliable statistics (needs the rliable extra: pip install 'sparqrl[rliable]')")
+    group.add_argument("--stats", action="store_true", help=(
+        "also print and draw (beside --out: compare-stats.png) the interquartile mean, mean and median of each "
+        "run's per-seed final returns with 95%% stratified bootstrap intervals, performance profiles and the "
+        "probability of improvement of each run over the first (2 or more seeds per run)"))
+    group.add_argument("--normalize", action="append", metavar="ENV=MIN,MAX", help=(
+        "score (return - MIN) / (MAX - MIN) on ENV; needed for every environment when the runs are on several, "
+        "whose runs of one algorithm (a sweep's: one setting) then make one method (repeatable)"))
+    group.add_argument("--reps", type=int, metavar="N", help=f"bootstrap resamples (default {DEFAULT_REPS:,})")
+    group.add_argument("--bootstrap-seed", type=int, metavar="SEED",
+                       help=f"seed of the resampling (default {DEFAULT_SEED}): the same seed, the same numbers")
     args = parser.parse_args(argv)
-    rows = compare(args.dirs, args.out)
+    options = _stats_options(args)
+    path = _check_out(args.out)
+    stats_path = _check_out(stats_image(path)) if options is not None else None
+    rows = load_rows(args.dirs)
+    stats = compare_stats(rows, **options) if options is not None else None  # every input checked before writing
+    draw(rows, path)
+    if stats is not None:
+        draw_stats(stats, stats_path)
     print(format_table(rows))
     print(f"curves ({CURVE_LABELS[rows[0].curve.metric]}): {args.out}")
+    if stats is not None:
+        print(format_stats(stats))
+        print(f"statistics: {stats_path}")
     return 0

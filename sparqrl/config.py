@@ -159,6 +159,7 @@ FIELD_ALIASES: dict[str, tuple[str, ...]] = {
     "vtrace_clip_rho_threshold": ("rho_bar",), "net_arch": ("hidden",), "fcnet_hiddens": ("hidden",),
     "activation_fn": ("activation",), "fcnet_activation": ("activation",), "norm_obs": ("normalize_obs",),
     "norm_reward": ("normalize_reward",), "steps": ("total_timesteps",), "timesteps": ("total_timesteps",),
+    "track": ("wandb",), "wandb_project_name": ("wandb",), "wandb_project": ("wandb",),
 }
 """What Stable-Baselines3, CleanRL and RLlib call a setting whose sparqrl name differs -> sparqrl's names for it,
 in order (a config has the first of them it holds: SB3's `ent_coef` is PPO's own, SAC's `init_alpha`). Only for

@@ -27,6 +27,8 @@ EXTRAS: dict[str, str] = {
     "pygame": "video",
     "cv2": "atari",  # opencv-python-headless: AtariPreprocessing's resize
     "envpool": "envpool",  # --env-backend envpool (Atari)
+    "rliable": "rliable",  # sparqrl compare --stats
+    "wandb": "wandb",  # --wandb PROJECT (Weights & Biases)
 }
 """Top-level module -> the extra that installs it."""
 

@@ -3,7 +3,8 @@
 Run folders are shared: a colleague's checkpoint, a paper's artefact. What a folder's config.json (or a
 `--load-config` file) names is therefore used only when the user names the same thing on the command
 that opens it: a module to import (a run's `imports`, the module of a `gym:MODULE:ATTR` /
-`jax:MODULE:ATTR` env) and a Ray address to join (`ray_address`). `Trust` is what the command named;
+`jax:MODULE:ATTR` env), a Ray address to join (`ray_address`) and W&B's online mode (`wandb_mode`, which sends
+the run off the machine). `Trust` is what the command named;
 `require_trusted` is the one check, made by every function that opens a folder before anything is
 imported, resolved or joined. No module is exempt: a folder naming `gym:os:fork` is refused like any other.
 """
@@ -26,6 +27,8 @@ class Trust:
     """Modules the command names: `--import MODULE`, and the module of its `--env gym:/jax:MODULE:ATTR`."""
     addresses: frozenset[str] = frozenset()
     """Ray addresses the command names (`--ray-address`)."""
+    uploads: bool = False
+    """Whether the command names `--wandb-mode online` (a resumed run may then upload to W&B as it goes)."""
     everything: bool = False
     """`trust_imports=True` from Python: the folder's own names are used."""
     python: bool = False
@@ -33,10 +36,11 @@ class Trust:
 
 
 def named(imports: Iterable[str] = (), env: str | None = None, ray_address: str | None = None,
-          python: bool = False, everything: bool = False) -> Trust:
-    """The trust of a command (or call) that names these modules, this env and this address."""
+          python: bool = False, everything: bool = False, wandb_mode: str | None = None) -> Trust:
+    """The trust of a command (or call) that names these modules, this env, this address and W&B mode."""
     modules = {m for m in imports if isinstance(m, str)} | ({module_of(env)} - {None})
-    return Trust(frozenset(modules), frozenset({ray_address} - {None}), everything, python)
+    return Trust(frozenset(modules), frozenset({ray_address} - {None}), everything=everything, python=python,
+                 uploads=wandb_mode == "online")
 
 
 NOTHING = Trust()
@@ -44,7 +48,7 @@ NOTHING = Trust()
 
 
 def require_trusted(trust: Trust, source: Path | str, imports: Iterable[str] = (), env: str | None = None,
-                    ray_address: str | None = None) -> None:
+                    ray_address: str | None = None, uploads: bool = False) -> None:
     """Raise a one-line `ConfigError` for the first module or address that `source` (a config.json) names
     and the command did not: which one, from which file, and the flag that allows it."""
     if trust.everything:
@@ -60,3 +64,7 @@ def require_trusted(trust: Trust, source: Path | str, imports: Iterable[str] = (
         allow = "pass trust_imports=True" if trust.python else f"add --ray-address {ray_address}"
         raise ConfigError(f"ray_address={ray_address!r} in {source}: a run folder never chooses where to connect; "
                           f"sparqrl joins that Ray cluster only when you name it ({allow})")
+    if uploads and not trust.uploads:
+        allow = "pass trust_imports=True" if trust.python else "add --wandb-mode online"
+        raise ConfigError(f"wandb_mode='online' in {source}: a run folder never chooses to send the run off the "
+                          f"machine; sparqrl uploads to W&B only when you name it ({allow})")

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import fitness_rows, meta_checkpoint, run_cli, train_and_evaluate
+from test_wandb import items, of_kind, wandb_records
 
 from sparqrl import cli
 from sparqrl import config as cfg
@@ -234,12 +235,22 @@ def test_plain_meta_commands_take_their_tasks_documented_settings():
 
 def test_meta_value_loss_more_generations_and_train_reads_the_result(capsys, tmp_path, cartpole):
     out = tmp_path / "vl"
-    code, _, err = run_cli(capsys, *meta_argv("value-loss", out, "--generations", "1", "--fitness-shaping", "z_score"))
+    code, _, err = run_cli(capsys, *meta_argv("value-loss", out, "--generations", "1", "--fitness-shaping", "z_score",
+                                              "--wandb", "sparqrl-meta"))
     assert code == 0, err
     code, summary, err = run_cli(capsys, "meta", "--resume", str(out), "--generations", "2", "--no-progress",
                                  "--no-energy")
     assert code == 0, err
     assert json.loads(summary)["generations"] == 2 and len(fitness_rows(out)) == 2
+    # W&B (offline, the default) got each generation's meta/ scalars of fitness.csv, one W&B run over both sessions
+    sessions = [wandb_records(f) for f in sorted((out / "wandb").glob("offline-run-*/run-*.wandb"))]
+    assert len(sessions) == 2 and len({of_kind(r, "run")[0].run_id for r in sessions}) == 1
+    logged = [items(h.item) for records in sessions for h in of_kind(records, "history")]
+    assert [row["_step"] for row in logged] == [1, 2]
+    for row, saved in zip(logged, fitness_rows(out)):
+        assert {k: v for k, v in row.items() if not k.startswith("_")} == pytest.approx(
+            {f"meta/{k}": float(v) for k, v in saved.items() if k not in ("generation", "env_steps")}, rel=1e-5)
+    assert "fitness.csv" in {c.path for c in of_kind(sessions[1], "artifact")[0].manifest.contents}
     resolved = dataclasses.replace(TINY, value_loss=f"learned:{out}").validate(cartpole)
     assert resolved.value_loss.startswith("learned:") and "#sha256=" in resolved.value_loss
     code, _, err = run_cli(capsys, "train", "ppo", "--value-loss", f"learned:{out}", *TRAIN_TINY, "--out",
@@ -287,6 +298,7 @@ def test_damaged_old_checkpoint_is_one_line_and_nothing_changes(capsys, tmp_path
     (["meta", "lpo", "--set", "num_env=4"], "unknown field 'num_env'"),
     (["meta", "lpo", "--fitness", "best"], "fitness='best'"),
     (["meta", "lpo", "--popsize", "0"], "popsize=0"),
+    (["meta", "lpo", "--wandb", "team/proj"], "wandb='team/proj' is not allowed: must not contain '/'"),
     (["meta"], "TASK"),
     (["meta", "--resume", "/no/such/run"], "no such folder"),
 ])

@@ -75,6 +75,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", default=None, help="no progress bar")
     p.add_argument("--no-energy", action="store_true", default=None, help="do not measure energy")
     p.add_argument("--country", default=None, help="3-letter ISO code for the CO2 figure (default USA)")
+    p.add_argument("--wandb", default=None, metavar="PROJECT", help="also log to this Weights & Biases project "
+                   "(the wandb extra; W&B's folder is OUT/wandb)")
+    p.add_argument("--wandb-mode", default=None, choices=("offline", "online"), help="offline (default: nothing "
+                   "leaves the machine; `wandb sync OUT/wandb` uploads it later) or online")
     return p
 
 
@@ -85,7 +89,7 @@ def config_from_args(args: argparse.Namespace):
     values = {}
     for name in ("env", "algo", "strategy", "generations", "popsize", "seeds", "steps", "fitness", "sigma", "lr",
                  "fields", "game", "opponent", "trainer", "games", "mode", "adversary", "n_dims", "final_seeds", "seed",
-                 "out", "overwrite", "country"):
+                 "out", "overwrite", "country", "wandb", "wandb_mode"):
         value = getattr(args, name)
         if value is not None:
             values[name] = value
@@ -104,7 +108,7 @@ def config_from_args(args: argparse.Namespace):
     return MetaConfig(**values)
 
 
-RESUME_MAY_GIVE = ("resume", "generations", "no_progress", "no_energy", "imports")
+RESUME_MAY_GIVE = ("resume", "generations", "no_progress", "no_energy", "imports", "wandb_mode")
 
 
 def run_cli(argv: Sequence[str]) -> int:
@@ -117,9 +121,11 @@ def run_cli(argv: Sequence[str]) -> int:
     if args.resume is not None:
         given = [name for name, value in vars(args).items() if value is not None and name not in RESUME_MAY_GIVE]
         cfg.require(not given, "--resume", args.resume, "continues a meta run with its saved settings; only "
-                    f"--generations, --no-progress and --no-energy may be given (got {', '.join('--' + g.replace('_', '-') for g in given)})")
+                    "--generations, --no-progress, --no-energy and --wandb-mode online (to let it upload) may be "
+                    f"given (got {', '.join('--' + g.replace('_', '-') for g in given)})")
         summary = meta_run.resume_meta(args.resume, args.generations, False if args.no_progress else None,
-                                       trust=named(args.imports), energy=False if args.no_energy else None)
+                                       trust=named(args.imports, wandb_mode=args.wandb_mode),
+                                       energy=False if args.no_energy else None)
     else:
         cfg.require(args.task is not None, "TASK", "", "is missing: sparqrl meta value-loss|lpo|hparams|mfos|act [options]")
         cfg.require(not args.imports, "--import", args.imports, "is for --resume DIR (a new run's --env names its "

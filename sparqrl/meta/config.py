@@ -118,6 +118,14 @@ class MetaConfig:
     country: str = "USA"
     """3-letter ISO code of the grid's country, for the CO2 figure."""
 
+    wandb: str | None = None
+    """Also log to this Weights & Biases project (the wandb extra): the meta/ scalars TensorBoard gets,
+    config.json, summary.json and the run's files, as `sparqrl train --wandb` does; W&B's folder is OUT/wandb."""
+
+    wandb_mode: str = "offline"
+    """offline (W&B writes only OUT/wandb, nothing leaves the machine; `wandb sync OUT/wandb` uploads it later)
+    or online."""
+
     @classmethod
     def upgrade_dict(cls, data: Mapping[str, Any]) -> dict[str, Any]:
         """A saved config.json of an older sparqrl in today's fields (`config.from_dict`): an act run saved

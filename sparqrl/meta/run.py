@@ -171,7 +171,7 @@ def check_memory(prepared: Prepared) -> None:
 
 def _prepare(config: MetaConfig) -> Prepared:
     from sparqrl.envs import make_env
-    from sparqrl.telemetry import validate_country
+    from sparqrl.telemetry import validate_country, wandb_log
 
     meta_tasks.check_task(config.task)
     cfg.check_numbers(config)
@@ -202,6 +202,9 @@ def _prepare(config: MetaConfig) -> Prepared:
             cfg.require(value == getattr(MetaConfig, name), name, value, f"is an option of task {task} only")
     if config.energy:
         validate_country(config.country, "country")
+    wandb_log.validate(config.wandb, config.wandb_mode)
+    if config.wandb is not None:
+        wandb_log.check_installed()
     if config.task == "mfos":
         return _prepare_mfos(config)
     if config.task == "act":
@@ -415,7 +418,7 @@ def open_meta_dir(path: str, trust: Trust = NOTHING) -> tuple[Any, MetaConfig]:
         raise
     except (OSError, ValueError, KeyError, TypeError) as error:
         cfg.fail("resume", path, f"is not a meta run, or its config.json is damaged ({type(error).__name__})")
-    require_trusted(trust, out / CONFIG, env=config.env)
+    require_trusted(trust, out / CONFIG, env=config.env, uploads=config.wandb is not None and config.wandb_mode == "online")
     return RunDir(out, held[1]), config
 
 
@@ -549,7 +552,7 @@ class MetaRecords:
         self.columns = csv_columns(prepared.task)
         self.rundir: Any = None
         self.csv_path: Path | None = None
-        self.writer: Any = None
+        self.writers: list[Any] = []  # `sparqrl.telemetry.logger.ScalarWriter`s: TensorBoard's, W&B's
 
     def label(self) -> str:
         return f"meta {self.prepared.config.task} {run_label(self.prepared.config)}"
@@ -558,15 +561,20 @@ class MetaRecords:
         return f"generation {updates}"
 
     def open(self, rundir: Any, chunks_done: int, updates_done: int, resuming: bool) -> None:
-        from tensorboardX import SummaryWriter
+        from sparqrl.telemetry.logger import TensorBoardWriter  # (tensorboardX: imported by a run only)
+        from sparqrl.telemetry.wandb_log import WandbWriter
 
         self.csv_path = rundir.claim(FITNESS_CSV)
         _truncate_rows(self.csv_path, chunks_done)  # rows after the checkpoint are recomputed
         if not self.csv_path.exists() or self.csv_path.stat().st_size == 0:
             with open_nofollow(self.csv_path, "w") as f:
                 csv.writer(f).writerow(self.columns)
-        self.writer = SummaryWriter(str(rundir.claim("tensorboard")),
-                                    purge_step=chunks_done + 1 if chunks_done else None)
+        purge_step = chunks_done + 1 if chunks_done else None  # generations after the checkpoint are redone
+        self.writers = [TensorBoardWriter(rundir.claim("tensorboard"), purge_step)]
+        config = self.prepared.config
+        if config.wandb is not None:
+            rundir.claim("wandb")
+            self.writers.append(WandbWriter(rundir.path, config.wandb, config.wandb_mode, lambda: rundir.files))
         self.rundir = rundir
 
     def chunk(self, chunk: int, env_step: int, elapsed: Callable[[], float], state: Any,
@@ -575,10 +583,9 @@ class MetaRecords:
         assert self.csv_path is not None
         with open_nofollow(self.csv_path, "a") as f:
             csv.writer(f).writerow([_fmt(row[c]) for c in self.columns])
-        for name in self.columns[1:-2]:
-            if math.isfinite(row[name]):
-                self.writer.add_scalar(f"meta/{name}", row[name], chunk + 1)
-        self.writer.flush()
+        scalars = {f"meta/{name}": float(row[name]) for name in self.columns[1:-2] if math.isfinite(row[name])}
+        for writer in self.writers:
+            writer.scalars(chunk + 1, scalars)
         _save_best(self.rundir, self.prepared, state)
         return f"{row['mean_fitness']:.4g}"
 
@@ -631,8 +638,8 @@ class MetaRecords:
         }
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        for writer in self.writers:
+            writer.close()
 
 
 def run_meta(prepared: Prepared, rundir: Any, *, resuming: bool,

@@ -16,6 +16,7 @@ from sparqrl.runners.rundir import open_run_dir
 from sparqrl.runners.run_config import RunConfig, check_episodes
 from sparqrl.runners.session import (RunFailed, RunInterrupted, eval_summary, finished_summary, notify,
                                      use_compile_cache)
+from sparqrl.telemetry import wandb_log
 from sparqrl.trust import NOTHING, Trust, require_trusted
 
 
@@ -29,9 +30,17 @@ def _host_runner() -> Any:
 def train(algo_name: str, algo_config: Any, run: RunConfig, **kwargs: Any) -> dict:
     """Train from scratch; returns the summary (also written to `run.out/summary.json`)."""
     use_compile_cache(run.compile_cache)
+    _check_loggers(run)
     if is_host_env(run.env):
         return _host_runner().train(algo_name, algo_config, run, **kwargs)
     return anakin.train(algo_name, algo_config, run, **kwargs)
+
+
+def _check_loggers(run: RunConfig) -> None:
+    """What the run logs to is installed (W&B's package), before anything is compiled or written; `eval` and
+    `export` of the run do not need it."""
+    if run.wandb is not None:
+        wandb_log.check_installed()
 
 
 def resume(out_dir: str | Path, progress: bool | None = None, trust: Trust = NOTHING, **kwargs: Any) -> dict:
@@ -40,12 +49,14 @@ def resume(out_dir: str | Path, progress: bool | None = None, trust: Trust = NOT
     `progress`: show the progress bar or not (default: as the run was started). `trust`: the modules and Ray
     address the command names (`sparqrl.trust`): those the folder names must be among them."""
     rundir, algo_name, algo_config, run = open_run_dir(out_dir, trust=trust)
-    require_trusted(trust, rundir.path / "config.json", ray_address=run.ray_address)  # before any Ray is joined
+    require_trusted(trust, rundir.path / "config.json", ray_address=run.ray_address,  # before any Ray is joined
+                    uploads=run.wandb is not None and run.wandb_mode == "online")
     if progress is not None:
         run = dataclasses.replace(run, progress=progress)
     if rundir.finished:
         notify(f"{out_dir} is a finished run ({run.env}, {algo_name}); nothing to do")
         return finished_summary(rundir)
+    _check_loggers(run)
     rundir.lock()  # the one writer from here on (the session releases it; so does a failure before it)
     try:
         use_compile_cache(run.compile_cache)

@@ -11,6 +11,7 @@ from sparqrl import config as cfg, presets
 from sparqrl.envs import validate_env_name
 from sparqrl.envs.core import is_atari
 from sparqrl.envs.custom import import_modules
+from sparqrl.telemetry import wandb_log
 from sparqrl.telemetry.energy import validate_country
 
 MAX_SEEDS = 65_536
@@ -84,6 +85,12 @@ class RunConfig:
     country: str = "USA"
     """3-letter ISO code of the country whose electricity grid powers the run (e.g. USA, FRA, DEU, IND):
     co2_kg = energy_kwh x its carbon intensity from codecarbon's offline data, so CO2 scales with it."""
+    wandb: str | None = None
+    """Also log to this Weights & Biases project (the wandb extra): TensorBoard's scalars, config.json as the
+    W&B config, summary.json as its summary and the run's files as an artifact; W&B's folder is OUT/wandb."""
+    wandb_mode: Literal["offline", "online"] = "offline"
+    """offline: W&B writes only OUT/wandb, nothing leaves the machine (`wandb sync OUT/wandb` uploads it
+    later); online: it uploads as the run goes (after `wandb login`)."""
 
     # ---- the actor-learner runner (gym:NAME environments) ----
     actors: int = 1
@@ -153,6 +160,7 @@ class RunConfig:
         cfg.require(self.checkpoint_interval_s >= 0, "checkpoint_interval_s", self.checkpoint_interval_s, "must be >= 0")
         cfg.check_path("out", self.out)
         validate_country(self.country, "country")
+        wandb_log.validate(self.wandb, self.wandb_mode)
         for name in ("actors", "fragment_steps", "publish_every", "in_flight"):
             value = getattr(self, name)
             if value is not None or name not in ("fragment_steps", "in_flight"):

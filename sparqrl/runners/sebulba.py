@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sparqrl import config as cfg
+from sparqrl import config as cfg, presets
 from sparqrl.algos import get_algorithm
 from sparqrl.algos.base import ActorLearner, acting_aux, explore_one, forward
 from sparqrl.envs import evaluate_host, host_spec, is_atari
@@ -51,7 +51,8 @@ from sparqrl.runners.actors import (
 from sparqrl.runners.rundir import RunDir, start_run_dir
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.signals import StopRequests
-from sparqrl.runners.session import ChunkHook, check_memory, chunk_bounds, eval_summary, run_session, saved_state
+from sparqrl.runners.session import (ChunkHook, check_memory, chunk_bounds, eval_summary, notify, run_session,
+                                     saved_state)
 
 
 class Prepared:
@@ -123,6 +124,8 @@ def train(algo_name: str, algo_config: Any, run: RunConfig, *, on_chunk: ChunkHo
     """Train from scratch on a host environment; returns the summary (also in `run.out/summary.json`)."""
     check_extras(run)
     prepared = Prepared(algo_name, algo_config, run)
+    if run.preset not in ("auto", "none"):  # said once every check has passed, as on the device
+        notify(presets.describe(run.preset, prepared.config, run.env))
     rundir = start_run_dir(algo_name, prepared.config, run)
     return _run(prepared, algo_name, run, rundir, resuming=False, on_chunk=on_chunk)
 

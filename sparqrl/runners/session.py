@@ -40,6 +40,7 @@ from sparqrl.runners.checkpoint import Checkpointer, DamagedCheckpoints, Incompa
 from sparqrl.runners.rundir import CONFIG, SUMMARY, RunDir, os_reason
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.telemetry import EnergyMeter, RunLogger, make_progress, plot_returns
+from sparqrl.telemetry.wandb_log import WandbWriter
 
 # What a write may fail with, recognised also in the text of an error that is not an OSError (tensorstore's).
 WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
@@ -432,8 +433,8 @@ class _Session:
 
 
 class TrainRecords:
-    """A train run's records: metrics.csv and TensorBoard per chunk (`RunLogger`), the deterministic policy's
-    evaluation every `run.eval_every` chunks and at the end, returns.png and the summary."""
+    """A train run's records: metrics.csv and TensorBoard per chunk (`RunLogger`; W&B too with `run.wandb`), the
+    deterministic policy's evaluation every `run.eval_every` chunks and at the end, returns.png and the summary."""
 
     resume_command = "sparqrl train --resume"
     finite = True
@@ -443,6 +444,7 @@ class TrainRecords:
         self.logger: RunLogger | None = None
         self.eval_returns: np.ndarray | None = None  # the last evaluation's [seeds, episodes]
         self.steps_asked: int | None = None  # the config's total_timesteps (`open`)
+        self.wandb: WandbWriter | None = None  # with run.wandb (`open`)
 
     def label(self) -> str:
         return f"{self.algo_name} {self.run.env}"
@@ -458,8 +460,12 @@ class TrainRecords:
                    f"env steps each (rounded {'down' if steps < self.steps_asked else 'up'})")
         rundir.claim("metrics.csv")
         rundir.claim("tensorboard")
+        if self.run.wandb is not None:
+            rundir.claim("wandb")
+            self.wandb = WandbWriter(rundir.path, self.run.wandb, self.run.wandb_mode, lambda: rundir.files)
         self.logger = RunLogger(rundir.path, resume_chunk=chunks_done if resuming else None,
-                                resume_step=updates_done * self.driver.env_steps_per_update + 1 if resuming else None)
+                                resume_step=updates_done * self.driver.env_steps_per_update + 1 if resuming else None,
+                                writers=[self.wandb] if self.wandb is not None else [])
 
     def chunk(self, chunk: int, env_step: int, elapsed: Callable[[], float], state: Any,
               per_seed: dict[str, Any]) -> str:
@@ -477,7 +483,7 @@ class TrainRecords:
         driver, run = self.driver, self.run
         final = self.eval_returns.mean(axis=1)
         steps_per_seed = driver.bounds[-1] * driver.env_steps_per_update
-        excluded = totals.compile_time_s + driver.startup_s
+        excluded = totals.compile_time_s + driver.startup_s + (self.wandb.startup_s if self.wandb is not None else 0.0)
         summary = {
             "algo": self.algo_name,
             "env": run.env,

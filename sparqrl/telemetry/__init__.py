@@ -1,5 +1,5 @@
-"""What a run shows and leaves behind: progress bar, metrics.csv, TensorBoard, returns.png, summary,
-energy and CO2 (codecarbon, offline)."""
+"""What a run shows and leaves behind: progress bar, metrics.csv, TensorBoard (and W&B with --wandb,
+`wandb_log`), returns.png, summary, energy and CO2 (codecarbon, offline)."""
 
 from sparqrl.telemetry.energy import (
     ENERGY_META_KEYS,

@@ -1,6 +1,7 @@
-"""Per-chunk metrics to `metrics.csv` (one row per chunk per seed) and TensorBoard (mean over seeds).
-metrics.csv is never written through a link (`sparqrl.runfiles`); the run folder checked `tensorboard/`
-when it claimed it."""
+"""Per-chunk metrics to `metrics.csv` (one row per chunk per seed) and to scalar writers (mean over seeds):
+TensorBoard always, W&B with `--wandb` (`sparqrl.telemetry.wandb_log`), each given the same values at the same
+env step. metrics.csv is never written through a link (`sparqrl.runfiles`); the run folder checked
+`tensorboard/` when it claimed it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import csv
 import io
 import math
 from pathlib import Path
+from typing import Protocol, Sequence
 
 import numpy as np
 from tensorboardX import SummaryWriter
@@ -31,14 +33,49 @@ def _truncate_csv(path: Path, last_chunk: int) -> None:
     write_atomic(path, text.getvalue())
 
 
+class ScalarWriter(Protocol):
+    """Where a chunk's scalars go besides metrics.csv: {tag ("train/NAME", "eval/NAME"): mean over seeds}."""
+
+    def scalars(self, step: int, values: dict[str, float]) -> None: ...
+    def close(self) -> None: ...
+
+
+class TensorBoardWriter:
+    """The TensorBoard event file in `folder`; `purge_step`: events from this step on (written before an
+    interruption) are dropped."""
+
+    def __init__(self, folder: Path, purge_step: int | None = None):
+        self._tb = SummaryWriter(str(folder), purge_step=purge_step)
+
+    def scalars(self, step: int, values: dict[str, float]) -> None:
+        for tag, value in values.items():
+            self._tb.add_scalar(tag, value, step)
+        self._tb.flush()
+
+    def close(self) -> None:
+        self._tb.close()
+
+
+def chunk_scalars(per_seed: dict[str, np.ndarray]) -> dict[str, float]:
+    """A chunk's scalars for the writers: each metric's mean over seeds, under "eval/" or "train/"; metrics
+    with no value this chunk (NaN for every seed) left out."""
+    out = {}
+    for name, values in per_seed.items():
+        values = np.asarray(values, np.float64)
+        if not np.all(np.isnan(values)):
+            out[f"{'eval' if name.startswith('eval') else 'train'}/{name}"] = float(np.nanmean(values))
+    return out
+
+
 class RunLogger:
-    """Writes `metrics.csv` and a TensorBoard event file in `out`.
+    """Writes `metrics.csv` and a TensorBoard event file in `out`, and hands the same scalars to `writers`.
 
     `resume_chunk`: the chunk of the checkpoint a resumed run starts after; rows and events beyond it
     (written before the interruption) are dropped, so the logs equal those of an uninterrupted run.
     """
 
-    def __init__(self, out: Path, resume_chunk: int | None = None, resume_step: int | None = None):
+    def __init__(self, out: Path, resume_chunk: int | None = None, resume_step: int | None = None,
+                 writers: Sequence[ScalarWriter] = ()):
         self.csv_path = out / "metrics.csv"
         if resume_chunk is not None and self.csv_path.exists():
             _truncate_csv(self.csv_path, resume_chunk)
@@ -46,7 +83,7 @@ class RunLogger:
         if self.csv_path.exists() and self.csv_path.stat().st_size > 0:
             with self.csv_path.open(newline="") as f:
                 self._columns = next(csv.reader(f), None)
-        self._tb = SummaryWriter(str(out / "tensorboard"), purge_step=resume_step)
+        self.writers: list[ScalarWriter] = [TensorBoardWriter(out / "tensorboard", resume_step), *writers]
 
     def log(self, chunk: int, env_step: int, wall_time_s: float, per_seed: dict[str, np.ndarray]) -> None:
         """`per_seed`: metric name -> [seeds] values (NaN where a seed has no value this chunk)."""
@@ -62,16 +99,20 @@ class RunLogger:
                 fixed = {"chunk": chunk, "env_step": env_step, "seed": seed, "wall_time_s": round(wall_time_s, 3)}
                 row = [fixed[c] if c in fixed else _fmt(per_seed.get(c, [math.nan] * seeds)[seed]) for c in self._columns]
                 writer.writerow(row)
-        for name, values in per_seed.items():
-            values = np.asarray(values, np.float64)
-            if np.all(np.isnan(values)):
-                continue
-            group = "eval" if name.startswith("eval") else "train"
-            self._tb.add_scalar(f"{group}/{name}", float(np.nanmean(values)), env_step)
-        self._tb.flush()
+        scalars = chunk_scalars(per_seed)
+        for writer in self.writers:
+            writer.scalars(env_step, scalars)
 
     def close(self) -> None:
-        self._tb.close()
+        """Closes every writer, also after one of them failed (the first failure is raised)."""
+        failure = None
+        for writer in self.writers:
+            try:
+                writer.close()
+            except Exception as error:  # noqa: BLE001 - the others still close
+                failure = failure or error
+        if failure is not None:
+            raise failure
 
 
 def _fmt(value: float) -> str:

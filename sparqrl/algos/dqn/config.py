@@ -68,6 +68,13 @@ class Config(AdamConfig):
     double_dqn: bool = False
     """Double DQN: the online network picks the next action, the target network values it."""
 
+    nstep: int = 1
+    """n of the n-step Q-learning target y = Σ_{k<n} γ^k r_k + γ^n Q'(s_n, a*) (Mnih et al. 2016; Hessel et al.
+    2018's Rainbow: n = 3), on windows of n consecutive steps of one env drawn from uniform replay; a termination
+    inside the window cuts the rest and the bootstrap, a truncation stops the sum there and bootstraps from that
+    step's final observation (`sparqrl.returns.nstep_terms`). 1: the one-step target. n > 1 runs on device with
+    uniform replay only (the actor-learner runner's actors interleave their fragments in its replay)."""
+
     max_grad_norm: float = 10.0
     """Clip gradients to this global norm; 0 turns clipping off."""
 
@@ -135,8 +142,10 @@ class Config(AdamConfig):
 
     @property
     def learning_start_step(self) -> int:
-        """Env steps after which gradient steps begin (learning_starts resolved; the buffer must hold a batch)."""
-        return max(auto(self.learning_starts, 10_000, 0.1 * self.total_timesteps), self.batch_size)
+        """Env steps after which gradient steps begin (learning_starts resolved; the buffer must hold a batch and
+        an n-step window of every env: nstep·num_envs, which one update's num_envs env steps always reach at 1)."""
+        return max(auto(self.learning_starts, 10_000, 0.1 * self.total_timesteps), self.batch_size,
+                   self.nstep * self.num_envs)
 
     @property
     def epsilon_steps(self) -> int:
@@ -166,7 +175,7 @@ class Config(AdamConfig):
     def validate(self, env: Env | None = None) -> "Config":
         """Raise a `ConfigError` naming the field, its value and what is allowed; return self."""
         self.check_fields()
-        for name in ("buffer_size", "batch_size", "target_update_interval", "train_interval") + (
+        for name in ("buffer_size", "batch_size", "target_update_interval", "train_interval", "nstep") + (
                 ("epsilon_anneal_time",) if self.epsilon_anneal_time is not None else ()):
             positive_int(name, getattr(self, name))
         require(self.learning_starts is None or self.learning_starts >= 0, "learning_starts", self.learning_starts,
@@ -182,6 +191,16 @@ class Config(AdamConfig):
         require(
             self.num_envs <= self.buffer_size, "num_envs", self.num_envs,
             f"must be <= buffer_size ({self.buffer_size}): one update adds num_envs transitions",
+        )
+        require(
+            self.nstep * self.num_envs <= self.buffer_size, "nstep", self.nstep,
+            f"must be <= buffer_size // num_envs ({self.buffer_size // self.num_envs}): the replay holds an n-step "
+            f"window of every env",
+        )
+        require(
+            self.nstep * self.num_envs <= self.total_timesteps, "nstep", self.nstep,
+            f"must be <= total_timesteps // num_envs ({self.total_timesteps // self.num_envs}): the run fills an "
+            f"n-step window of every env",
         )
         require(
             self.learning_start_step <= self.total_timesteps, "learning_starts", self.learning_starts,

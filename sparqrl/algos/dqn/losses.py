@@ -29,11 +29,18 @@ def q_target(
     `double` is static. `next_q_online` is ignored when `double` is False. Gradients do not flow
     through the target.
     """
-    chooser = next_q_online if double else next_q_target
-    next_action = jnp.argmax(chooser, axis=-1)
-    next_value = jnp.take_along_axis(next_q_target, next_action[..., None], axis=-1)[..., 0]
+    next_value = bootstrap_value(next_q_target, next_q_online, double)
     not_done = 1.0 - terminated.astype(next_value.dtype)
     return jax.lax.stop_gradient(reward + gamma * not_done * next_value)
+
+
+def bootstrap_value(next_q_target: jax.Array, next_q_online: jax.Array, double: bool) -> jax.Array:
+    """Q_target(s', a*) [B], the value every Q-learning target bootstraps from (one-step `q_target`, and the
+    n-step target at the window's bootstrap state), with a* = argmax_a Q_target(s', a) (DQN) or
+    argmax_a Q_online(s', a) (Double DQN). next_q_target / next_q_online [B, A]; `double` is static."""
+    chooser = next_q_online if double else next_q_target
+    next_action = jnp.argmax(chooser, axis=-1)
+    return jnp.take_along_axis(next_q_target, next_action[..., None], axis=-1)[..., 0]
 
 
 def chosen_q(q: jax.Array, action: jax.Array) -> jax.Array:

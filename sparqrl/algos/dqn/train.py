@@ -27,6 +27,12 @@ epsilon-greedy on the linear schedule); on the actor-learner runner Ape-X (Horga
 Either part can be chosen on either runner (`prioritized`, `exploration`), so one DQN compares across both.
 Unlike PureJaxRL's `dqn.py`, the key given to `init` is threaded through everything (network init, resets,
 exploration, environment steps, replay sampling), so vmapped seeds really differ.
+
+n-step targets (`nstep` > 1, on device with uniform replay): each slot of the replay then holds one env step
+of all N envs (with `truncated`), so consecutive slots are consecutive steps of each env, and a gradient step
+draws B windows of n of them (`replay.nstep.sample_windows`) and regresses Q(s_0, a_0) on
+Σ_k γ^k r_k + γ^(m+1) Q_target(s'_m, a*), cut at a termination or truncation as `returns.nstep_terms` says;
+a* is picked as in the one-step target (`losses.bootstrap_value`). nstep = 1 is the one-step program unchanged.
 """
 
 from __future__ import annotations
@@ -38,18 +44,18 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from sparqrl import replay, sparse
+from sparqrl import replay, returns, sparse
 from sparqrl.algos import replay_learner, sparsify
 from sparqrl.algos.base import (
     Acting, ActorLearner, Algorithm, Step, clipped_adam, has_tracers, keyed, make_hparams_train_fn, on_device, per_step,
 )
 from sparqrl.algos.dqn.config import Config
-from sparqrl.algos.dqn.losses import apex_priority, chosen_q, q_target, td_loss, weighted_td_loss
-from sparqrl.config import fail
+from sparqrl.algos.dqn.losses import apex_priority, bootstrap_value, chosen_q, q_target, td_loss, weighted_td_loss
+from sparqrl.config import fail, require
 from sparqrl.envs import Env, action_dim
 from sparqrl.envs.core import is_atari, is_host_env
 from sparqrl.nets.modules import QNetwork, torso_features
-from sparqrl.replay import frames, prioritized
+from sparqrl.replay import frames, nstep, prioritized
 
 
 class Transition(NamedTuple):
@@ -79,13 +85,35 @@ class FrameTransition(NamedTuple):
     terminated: jax.Array  # bool []
 
 
+class StepTransition(NamedTuple):
+    """One env's step in the n-step replay (`nstep` > 1), whose slots hold a row of N of them ([capacity, N, ...]).
+    `truncated` is kept: it ends a window's return, which then bootstraps from that step's next_obs."""
+
+    obs: jax.Array  # [*obs_shape]
+    action: jax.Array  # int32 []
+    reward: jax.Array  # float32 []
+    next_obs: jax.Array  # [*obs_shape], the env's final_obs
+    terminated: jax.Array  # bool []
+    truncated: jax.Array  # bool []
+
+
+class NStepBatch(NamedTuple):
+    """What a gradient step on n-step windows reads, leaves [B, ...]."""
+
+    obs: jax.Array  # [B, *obs_shape], s_0: the window's first observation
+    action: jax.Array  # int32 [B], a_0
+    next_obs: jax.Array  # [B, *obs_shape], s'_m: the observation the target bootstraps from
+    terms: returns.NStepTerms  # the window's reward sum and bootstrap discount
+
+
 class LearnerState(NamedTuple):
     """DQN's learner of one seed (`make_actor_learner`), on either runner."""
 
     params: Any  # online Q-network (what actors receive)
     target_params: Any  # target Q-network
     opt_state: optax.OptState
-    buffer: Any  # of Transition: replay.PrioritizedState, or replay.BufferState with `prioritized=False`
+    buffer: Any  # of Transition: replay.PrioritizedState, or replay.BufferState with `prioritized=False`;
+    # with nstep > 1 a replay.BufferState of rows of StepTransition [capacity // N, N, ...]
     key: jax.Array
     env_steps: jax.Array  # int32 [], env steps received, summed over all (actors') envs of this seed
     gradient_steps: jax.Array  # int32 []
@@ -185,22 +213,32 @@ def update_target(config: Config, due: jax.Array, params: Any, target_params: An
     )
 
 
+def td_target(config: Config, network: QNetwork, params: Any, target_params: Any,
+              batch: Transition | NStepBatch) -> jax.Array:
+    """The Q-learning target y [B] (no gradient): one-step (`losses.q_target`) on a batch of Transition, n-step
+    (`returns.nstep_q_target`) on NStepBatch windows when `nstep` > 1; both bootstrap from the target network's
+    value of batch.next_obs at the action the target (DQN) or online (Double DQN) network picks there."""
+    next_q_target = network.apply(target_params, batch.next_obs)
+    next_q_online = network.apply(params, batch.next_obs) if config.double_dqn else next_q_target
+    if config.nstep == 1:
+        return q_target(batch.reward, batch.terminated, next_q_target, next_q_online, config.gamma, config.double_dqn)
+    boot_q = bootstrap_value(next_q_target, next_q_online, config.double_dqn)
+    return returns.nstep_q_target(batch.terms, boot_q)
+
+
 def make_update(
     config: Config, network: QNetwork, optimizer: optax.GradientTransformation
 ) -> Callable[[Any, Online, replay_learner.Drawn, jax.Array, Any], replay_learner.Stepped]:
     """`update(target_params, online, drawn, iteration, key) -> Stepped`: one Adam step on the
     (importance-weighted, when `drawn.weights` is given) squared or Huber (`huber_delta`) TD error of `drawn.batch` [B]
-    (`replay_learner.Replay.update` once the target parameters are bound; it draws nothing).
+    (`replay_learner.Replay.update` once the target parameters are bound; it draws nothing), with the one-step
+    target on Transition or the n-step target on NStepBatch (`nstep` > 1).
     Its |δ| [B] is |Q(s, a) − y| under the parameters the step started from."""
 
     def loss_fn(
-        params: Any, target_params: Any, batch: Transition, weights: jax.Array | None
+        params: Any, target_params: Any, batch: Transition | NStepBatch, weights: jax.Array | None
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-        next_q_target = network.apply(target_params, batch.next_obs)
-        next_q_online = network.apply(params, batch.next_obs) if config.double_dqn else next_q_target
-        target = q_target(
-            batch.reward, batch.terminated, next_q_target, next_q_online, config.gamma, config.double_dqn
-        )
+        target = td_target(config, network, params, target_params, batch)
         q_sa = chosen_q(network.apply(params, batch.obs), batch.action)
         loss = (td_loss(q_sa, target, config.huber_delta) if weights is None
                 else weighted_td_loss(q_sa, target, weights, config.huber_delta))
@@ -296,6 +334,7 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
     obs_shape = tuple(spec.observation_shape)
     stacked = is_atari(spec.name)  # frame stacks: each frame stored once (`replay.frames`)
     _check_observations(spec, stacked)
+    _check_nstep(config, spec)
     num_envs, capacity = config.num_envs, config.replay_capacity
     network = _q_network(config, spec)
     training = make_training(config)
@@ -316,7 +355,7 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
             params=params,
             target_params=jax.tree.map(jnp.copy, params),  # its own buffers: `learn` may be donated
             opt_state=opt_state,
-            buffer=prioritized.init(example, capacity) if config.prioritized else replay.init(example, capacity),
+            buffer=_init_replay(config, example, capacity),
             key=key,
             env_steps=jnp.zeros((), jnp.int32),
             gradient_steps=jnp.zeros((), jnp.int32),
@@ -374,6 +413,28 @@ def _check_observations(spec: Any, stacked: bool) -> None:
         )
 
 
+def _check_nstep(config: Config, spec: Any) -> None:
+    """Fail unless the n-step target's windows are one env's consecutive steps (`config`: resolved for its
+    runner): on device with uniform replay. The actor-learner runner's actors interleave their fragments in
+    the replay, and prioritized replay's items carry one-step priorities."""
+    if config.nstep == 1:
+        return
+    require(not is_host_env(spec.name), "nstep", config.nstep,
+            f"must be 1 on the actor-learner runner (env {spec.name}): n-step targets run on device (a JAX env)")
+    require(not config.prioritized, "nstep", config.nstep,
+            "must be 1 with prioritized replay (its priorities are one-step): set prioritized=false for n > 1")
+
+
+def _init_replay(config: Config, example: Any, capacity: int) -> Any:
+    """An empty replay of `capacity` transitions shaped like `example` (Transition or FrameTransition):
+    prioritized or uniform; with nstep > 1 uniform, of slots holding a row of N StepTransition."""
+    if config.nstep > 1:
+        row = StepTransition(*example, truncated=jnp.zeros((), jnp.bool_))
+        rows = jax.tree.map(lambda x: jnp.broadcast_to(x, (config.num_envs,) + x.shape), row)
+        return replay.init(rows, capacity // config.num_envs)
+    return prioritized.init(example, capacity) if config.prioritized else replay.init(example, capacity)
+
+
 def _update_metrics(config: Config, carry: replay_learner.Carry, num_grad: jax.Array, step: Step,
                     epsilon_tm1: jax.Array | None) -> dict[str, jax.Array]:
     """What one learner update reports: its gradient steps' means, the replay's size, and with prioritized
@@ -381,7 +442,7 @@ def _update_metrics(config: Config, carry: replay_learner.Carry, num_grad: jax.A
     was acted with (the schedule's), else None."""
     metrics = {
         **replay_learner.means(carry),  # loss, q_mean, td_abs_mean (|δ| of the replayed items)
-        "buffer_size": carry.buffer.size.astype(jnp.float32),
+        "buffer_size": (carry.buffer.size * (config.num_envs if config.nstep > 1 else 1)).astype(jnp.float32),
         "gradient_steps": num_grad.astype(jnp.float32),  # taken in this call
     }
     if config.prioritized:
@@ -394,9 +455,10 @@ def _update_metrics(config: Config, carry: replay_learner.Carry, num_grad: jax.A
 
 def _replay(config: Config, update: Callable, target_params: Any, ring: Any) -> replay_learner.Replay:
     """The gradient steps of one learner update (`replay_learner`): `update` (`make_update`) with the target
-    parameters of this update, drawing from the replay with the learner's frame ring (or None)."""
+    parameters of this update, drawing from the replay with the learner's frame ring (or None), or n-step
+    windows (`nstep` > 1)."""
     return replay_learner.Replay(
-        draw=functools.partial(_draw, config, ring),
+        draw=functools.partial(_draw_windows, config) if config.nstep > 1 else functools.partial(_draw, config, ring),
         update=functools.partial(update, target_params),
         metric_names=METRIC_NAMES,
         update_draws=False,
@@ -423,9 +485,19 @@ def _draw(config: Config, ring: Any, buffer: Any, key: jax.Array, iteration: jax
     return replay_learner.Drawn(batch, weights, drawn.slots, intact)
 
 
+def _draw_windows(config: Config, buffer: Any, key: jax.Array, iteration: jax.Array) -> replay_learner.Drawn:
+    """B windows of `nstep` consecutive steps of one env, uniformly (`replay.nstep.sample_windows`), as the
+    n-step target reads them (NStepBatch): s_0, a_0, the window's terms and bootstrap observation s'_m."""
+    del iteration
+    window = nstep.sample_windows(buffer, key, config.batch_size, config.nstep)
+    terms = returns.nstep_terms(window.reward, window.terminated, window.truncated, config.gamma)
+    boot_obs = returns.at_index(window.next_obs, terms.boot_index)
+    return replay_learner.Drawn(NStepBatch(window.obs[:, 0], window.action[:, 0], boot_obs, terms))
+
+
 def _store(config: Config, stacked: bool, buffer: Any, step: Step) -> Any:
-    """One row of N transitions into the replay (with the actors' priorities when prioritized); with stacked
-    frames, step.obs holds the frame numbers `learn` put there."""
+    """One row of N transitions into the replay (with the actors' priorities when prioritized; as one slot with
+    nstep > 1); with stacked frames, step.obs holds the frame numbers `learn` put there."""
     action, reward = jnp.asarray(step.action, jnp.int32), jnp.asarray(step.reward, jnp.float32)
     terminated = jnp.asarray(step.terminated, jnp.bool_)
     if stacked:
@@ -433,6 +505,9 @@ def _store(config: Config, stacked: bool, buffer: Any, step: Step) -> Any:
     else:
         items = Transition(jnp.asarray(step.obs, jnp.float32), action, reward,
                            jnp.asarray(step.next_obs, jnp.float32), terminated)
+    if config.nstep > 1:
+        row = StepTransition(*items, truncated=jnp.asarray(step.truncated, jnp.bool_))
+        return replay.add(buffer, jax.tree.map(lambda x: x[None], row))
     if not config.prioritized:
         return replay.add(buffer, items)
     priority = jnp.abs(jnp.asarray(step.priority, jnp.float32)) + config.priority_epsilon
