@@ -411,6 +411,7 @@ def test_act_runs_saved_before_final_seeds_resume_with_their_8_victims():
     (["meta", "act", "--adversary", "gru"], "adversary='gru'"),
     (["meta", "act", "--n-dims", "0"], "n_dims"),
     (["meta", "act", "--final-seeds", "0"], "final_seeds=0"),
+    (["meta", "act", "--final-seeds", "65536"], "from 1 to 1,024"),
     (["meta", "mfos", "--final-seeds", "4"], "task act only"),
     (["meta", "act", "--game", "imp"], "task mfos only"),
     (["meta", "mfos", "--mode", "pro"], "task act only"),

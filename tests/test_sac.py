@@ -167,10 +167,7 @@ SMALL = sac.Config(
 def small_runs(pendulum):
     algo = sac.make_algorithm(SMALL, pendulum)
     train = make_train_fn(algo)
-    # Key 12: vmapped and single programs part at the learner's first gradient step (~1e-8, float reassociation)
-    # and the gap grows chaotically, by a factor that depends on the random streams; over keys 7-16 it stayed
-    # within the tolerance below for 8 of 10 keys (key 7: 3x over it since on_device draws noise per update).
-    keys = jax.random.split(jax.random.key(12), 2)
+    keys = jax.random.split(jax.random.key(7), 2)
     single = jax.jit(train)
     return algo, keys, single, jax.jit(jax.vmap(train))(keys)
 
@@ -183,18 +180,23 @@ def test_same_key_same_metrics(small_runs):
 
 
 def test_vmapped_seeds_equal_separate_runs_and_differ(small_runs):
-    """Equal up to float reassociation: XLA orders the batched matmuls of the vmapped program differently,
-    and ~1e-7 differences grow to ~1e-4 relative over hundreds of gradient steps; counts are exact."""
+    """A vmapped seed is the separate run of its key: bit for bit until the first gradient step (acting, env
+    and noise draws, the buffer: a draw that depended on the layout would differ at once), counts exact
+    throughout, and equal to float reassociation over the first gradient steps (XLA orders the batched matmuls
+    otherwise: ~1e-9 at the first, up to ~4e-6 by the tenth). Later the gap grows chaotically over hundreds of
+    gradient steps (1e-5 to 6e-3 at the end, by key), so the end is only checked for different seeds differing."""
     _, keys, single, (states, metrics) = small_runs
+    first_step = SMALL.learning_starts  # update index of the first gradient step
     for i, key in enumerate(keys):
         state, m = single(key)
         for name in m:
-            exact = name in ("buffer_size", "nstep", EPISODE_COUNT)
-            tol = 0.0 if exact else 2e-3
-            np.testing.assert_allclose(np.asarray(metrics[name][i]), np.asarray(m[name]), rtol=tol, atol=tol, err_msg=name)
-        np.testing.assert_allclose(
-            np.asarray(states.learner.buffer.storage.action[i]), np.asarray(state.learner.buffer.storage.action), atol=2e-3
-        )
+            vmapped, separate = np.asarray(metrics[name][i]), np.asarray(m[name])
+            if name in ("buffer_size", "nstep", EPISODE_COUNT):
+                np.testing.assert_array_equal(vmapped, separate, err_msg=name)
+                continue
+            np.testing.assert_array_equal(vmapped[:first_step], separate[:first_step], err_msg=name)
+            np.testing.assert_allclose(vmapped[first_step:first_step + 5], separate[first_step:first_step + 5],
+                                       rtol=1e-5, atol=1e-6, err_msg=name)
         np.testing.assert_array_equal(np.asarray(states.learner.gradient_steps[i]), np.asarray(state.learner.gradient_steps))
     k0 = jax.tree.leaves(states.learner.agent.actor)[0]
     assert not np.allclose(np.asarray(k0[0]), np.asarray(k0[1]))

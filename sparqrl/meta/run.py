@@ -73,6 +73,10 @@ class Prepared:
 
 
 MAX_MEMBERS = 65_536
+MAX_FINAL_SEEDS = 1024
+"""act's final evaluation trains its victims in one program after the whole run: 1,024 per side measure a mean
+return to well under one point, and `check_memory`'s estimate (a lower bound) is not trusted further (65,536
+CartPole victims passed it and ran out of memory at the end)."""
 """Bound on popsize and seeds, as on a train run's seeds; memory bounds their product (`check_memory`)."""
 FINAL_EVALUATION = 0x7FFFFFFF
 """fold_in index of the final evaluation's key (no generation reaches it)."""
@@ -212,8 +216,9 @@ def _prepare(config: MetaConfig) -> Prepared:
 
         config = task_defaults(config)
         inner = inner_config(config, get_algorithm("ppo"))
-        cfg.require(cfg.is_int(config.final_seeds) and 1 <= config.final_seeds <= MAX_MEMBERS, "final_seeds",
-                    config.final_seeds, f"must be an integer from 1 to {MAX_MEMBERS:,} (victims of the final evaluation)")
+        cfg.require(cfg.is_int(config.final_seeds) and 1 <= config.final_seeds <= MAX_FINAL_SEEDS, "final_seeds",
+                    config.final_seeds, f"must be an integer from 1 to {MAX_FINAL_SEEDS:,} (victims of the final "
+                    "evaluation, trained at once)")
         task = act.make_task(config.env, config.mode, config.adversary, config.n_dims, inner, config.fitness_kind,
                              config.final_seeds)
         strategy = make_strategy(config.strategy, config.popsize, task.init(None), **strategy_overrides(config))
