@@ -86,6 +86,13 @@ def test_the_cli_writes_a_picture_and_prints_the_table(runs, tmp_path, capsys):
     assert [p.name for p in tmp_path.iterdir()] == ["compare.png"]  # no temporary file left behind
 
 
+@pytest.mark.parametrize("name, magic", [("compare.pdf", b"%PDF"), ("compare.svg", b"<?xml")])
+def test_the_picture_is_written_in_the_format_its_name_says(runs, tmp_path, capsys, name, magic):
+    out = tmp_path / name
+    assert cli.main(["compare", *map(str, runs), "--out", str(out)]) == 0
+    assert out.read_bytes()[:len(magic)] == magic
+
+
 def test_a_sweep_is_one_curve_per_setting(runs):
     a, _, sweep = runs
     rows = load_rows([a, sweep])

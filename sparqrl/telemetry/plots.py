@@ -36,14 +36,14 @@ def finish_axes(ax: Any, xlabel: str | None = None, ylabel: str | None = None, t
         ax.legend()
 
 
-def save_figure(fig: Any, png_path: Path) -> None:
-    """Lay out, write as PNG (whole or not at all, never through a link: `runfiles.write_atomic`) and free
-    the figure."""
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay out, write in the format `path`'s extension names (PNG without one; whole or not at all, never
+    through a link: `runfiles.write_atomic`) and free the figure."""
     fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=110)
+    image = io.BytesIO()
+    fig.savefig(image, format=path.suffix.lower().lstrip(".") or "png", dpi=110)
     pyplot().close(fig)
-    write_atomic(png_path, png.getvalue())
+    write_atomic(path, image.getvalue())
 
 
 def _curve(rows: list[dict[str, str]], column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
