@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from sparqrl.algos import evaluate, get_algorithm, td3
-from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM, make_train_fn
+from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM, Step, make_train_fn
 from sparqrl.config import ConfigError
 from sparqrl.envs import host_spec, make_env
 
@@ -230,6 +230,26 @@ def test_stored_next_obs_is_the_pre_reset_final_obs(small_runs):
     np.testing.assert_array_equal(same, ~trunc[:-1])
     # Actions are stored normalised to [-1, 1] (Pendulum's box is [-2, 2]).
     assert np.abs(buf.storage.action).max() <= 1.0
+
+
+@pytest.mark.parametrize("nstep, cut", [(3, True), (1, False)])
+def test_host_fragments_end_n_step_windows(nstep, cut):
+    """On the actor-learner runner the replay stores fragments in arrival order, perhaps from different actors'
+    envs: with n-step targets each fragment's last step is stored as truncated, so no window joins two
+    fragments; one-step targets store the flags as they came."""
+    al = td3.make_actor_learner(td3.Config(nstep=nstep, num_envs=2, learning_starts=1_000), host_spec("gym:Pendulum-v1"))
+    t, n = 4, 2
+    truncated = np.zeros((t, n), bool)
+    truncated[1, 0] = True  # a time limit inside the fragment, kept
+    steps = Step(obs=np.zeros((t, n, 3), np.float32), action=np.zeros((t, n, 1), np.float32),
+                 reward=np.ones((t, n), np.float32), next_obs=np.zeros((t, n, 3), np.float32),
+                 terminated=np.zeros((t, n), bool), truncated=truncated, extra=np.zeros((t, n, 1), np.float32),
+                 priority=np.ones((t, n), np.float32))
+    learner, _ = jax.jit(al.learn)(al.init(jax.random.key(0)), steps)
+    stored = np.asarray(learner.buffer.storage.truncated)[:t]
+    expected = truncated.copy()
+    expected[-1] |= cut
+    np.testing.assert_array_equal(stored, expected)
 
 
 def test_act_maps_to_env_bounds_and_evaluates(small_runs, pendulum):
