@@ -48,13 +48,16 @@ commands:
                           records an episode of it
   export DIR --format onnx --precision fp32|fp16|int8 [--seed N] [--import MODULE] --out policy.onnx
                           write a self-contained policy that ONNX Runtime runs (`sparqrl export --help`)
-  compare DIR... [--out compare.png]
-                          learning curves of several runs (or a sweep) on shared axes, and a table
-  meta value-loss|lpo|hparams [options] | meta --resume DIR [--generations N]
-                          evolve PPO's value loss / drift or an algorithm's hyperparameters (`sparqrl meta --help`)
+  compare DIR... [--out compare.png] [--stats]
+                          learning curves of several runs (or a sweep) on shared axes, and a table;
+                          --stats: rliable's IQM, mean, median with bootstrap intervals
+  meta value-loss|lpo|hparams|mfos|act [options] | meta --resume DIR [--generations N]
+                          evolve PPO's value loss / drift, an algorithm's hyperparameters, an M-FOS or ACT agent
+                          (`sparqrl meta --help`)
 
-A run folder is data: a module or Ray address that a folder (or a --load-config file) names is imported or
-joined only when the command names it too (--import MODULE, --env, --ray-address); see docs/security.md.
+A run folder is data: a module, Ray address or W&B upload that a folder (or a --load-config file) names is
+imported, joined or made only when the command names it too (--import MODULE, --env, --ray-address,
+--wandb-mode online); see docs/security.md.
 """
 
 

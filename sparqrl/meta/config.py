@@ -26,7 +26,7 @@ class MetaConfig:
     """Inner environment: a gymnax id (CartPole-v1, Breakout-MinAtar, ...) or brax:NAME."""
 
     algo: str = "ppo"
-    """Inner algorithm (hparams: ppo, dqn, td3 or sac; value-loss and lpo evolve a part of ppo)."""
+    """Inner algorithm (hparams: ppo, dqn, td3, sac or impala; value-loss and lpo evolve a part of ppo)."""
 
     strategy: str = "open_es"
     """Evolution strategy: open_es, snes, cma_es or simple_ga (presets in `sparqrl.meta.strategies`)."""
