@@ -340,7 +340,8 @@ def test_on_device_hands_the_learner_the_values_it_would_compute(pendulum):
     acting (`Step.value`, and `Step.next_value`: the next step's value, V(final obs) where a time limit
     truncated the episode, the value after the fragment at its end) are those the learner would compute on
     the fragment's observations, normalised with the statistics before it."""
-    config = dataclasses.replace(SMALL, normalize_obs=True, num_envs=2, num_steps=256, num_minibatches=1)
+    config = dataclasses.replace(SMALL, normalize_obs=True, num_envs=2, num_steps=256, num_minibatches=1,
+                                 total_timesteps=512)  # one update
     al = ppo.make_actor_learner(config, pendulum, unroll=False)
     network = ppo.train.ActorCritic(action_dim=1, discrete=False, obs_shape=(3,), hidden=tuple(config.hidden),
                                     activation=config.activation, torso=config.torso)
