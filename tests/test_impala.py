@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import jax
 import numpy as np
 import pytest
 
 from conftest import train_as_users_do
 from sparqrl.algos import impala
+from sparqrl.algos.impala import train as impala_train
 from sparqrl.algos.base import Step
 from sparqrl.config import ConfigError
 from sparqrl.envs import make_env
@@ -95,3 +97,60 @@ def test_on_device_fragments_are_on_policy():
 def test_bad_config_is_a_clear_error(field, value, allowed):
     with pytest.raises(ConfigError, match=f"{field}.*{allowed}"):
         impala.Config(**{field: value}).validate(make_env("CartPole-v1"))
+
+
+class _Counter(gym.Env):
+    """Never terminates; its observation is the step count of the episode (0 after a reset), so a fragment
+    shows where every episode ended and which observation each step reached."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(1, self.t, np.float32), 1.0, False, False, {}
+
+
+def test_the_host_learner_bootstraps_a_time_limit_from_the_final_observation(tmp_path, monkeypatch):
+    """Gymnasium's TimeLimit (3 steps here) ends the host episodes by truncation, as CartPole-v1's 500 does once
+    a policy holds the pole: what IMPALA's loss receives from an actor must be that step's own final
+    observation (pre-reset), V of it as the bootstrap, terminated False (so V-trace bootstraps rather than
+    taking 0), and no learned transition from the final observation to the next episode's first."""
+    gym.register("sparqrl-test/Counter-v0", entry_point=_Counter, max_episode_steps=3)
+    seen = []
+
+    def recording(log_prob, behaviour_log_prob, values, next_values, entropy, steps, config):
+        jax.debug.callback(lambda *xs: seen.append([np.asarray(x) for x in xs]), steps.obs, steps.next_obs,
+                           steps.terminated, steps.truncated, values, next_values)
+        return real(log_prob, behaviour_log_prob, values, next_values, entropy, steps, config)
+
+    real = impala_train.impala_loss
+    monkeypatch.setattr(impala_train, "impala_loss", recording)
+    T, N, fragments = 5, 2, 4  # fragments of 5 steps against 3-step episodes: ends at every place, the last too
+    try:
+        run = RunConfig(env="gym:sparqrl-test/Counter-v0", out=str(tmp_path / "run"), chunks=1, eval_every=0,
+                        progress=False, energy=False, backend="inline", compile_cache=False)
+        train("impala", impala.Config(num_envs=N, num_steps=T, total_timesteps=N * T * fragments), run)
+    finally:
+        del gym.registry["sparqrl-test/Counter-v0"]
+    assert len(seen) == fragments
+    clock = np.arange(T * fragments).reshape(fragments, T, 1)  # env steps of each env so far
+    for f, (obs, next_obs, terminated, truncated, values, next_values) in enumerate(seen):
+        obs, next_obs, terminated, truncated, values, next_values = (
+            x.reshape(T, N) for x in (obs, next_obs, terminated, truncated, values, next_values))
+        np.testing.assert_array_equal(obs, np.broadcast_to(clock[f] % 3, (T, N)))
+        np.testing.assert_array_equal(next_obs, obs + 1)  # the step's own successor: 3 at the time limit
+        np.testing.assert_array_equal(truncated, next_obs == 3)
+        assert not terminated.any()
+        # next_values is V of that successor, under the parameters of the values: V(x_{t+1}) within an episode,
+        # V(final obs) at its end (the fragment's last step included), never V of the reset observation after it
+        goes_on = ~truncated[:-1]
+        np.testing.assert_allclose(next_values[:-1][goes_on], values[1:][goes_on], rtol=1e-5, atol=1e-6)
+        at_limit = next_values[truncated]
+        np.testing.assert_allclose(at_limit, at_limit[0], rtol=1e-5, atol=1e-6)
+        assert not np.isclose(at_limit[0], values[obs == 0][0], rtol=1e-3, atol=1e-4)
