@@ -29,6 +29,7 @@ QUIET = ("--no-progress", "--no-energy")
 TRAIN = {
     "ppo": ("2048", ["num_envs=4", "num_steps=32"]),
     "impala": ("2048", ["num_envs=4", "num_steps=32"]),
+    "a2c": ("2048", ["num_envs=4", "num_steps=5"]),
     "dqn": ("2048", ["num_envs=4", "learning_starts=256", "batch_size=32"]),
     "td3": ("1024", ["learning_starts=128", "batch_size=32", "buffer_min_size=256", "buffer_check_interval=256",
                      "topology_interval=256"]),

@@ -8,7 +8,7 @@ __all__ = ["ALGORITHMS", "Algorithm", "evaluate", "get_algorithm", "make_train_f
 
 # name -> module path; each module has `Config` (frozen dataclass) and `make_algorithm(config, env)`.
 ALGORITHMS = {"ppo": "sparqrl.algos.ppo", "dqn": "sparqrl.algos.dqn", "td3": "sparqrl.algos.td3", "sac": "sparqrl.algos.sac",
-              "impala": "sparqrl.algos.impala"}
+              "impala": "sparqrl.algos.impala", "a2c": "sparqrl.algos.a2c"}
 
 
 def get_algorithm(name: str):

@@ -25,7 +25,7 @@ from sparqrl.algos.base import (
     ActorLearner, Algorithm, Step, clipped_adam, has_tracers, make_hparams_train_fn, on_device,
 )
 from sparqrl.algos.ppo.config import Config
-from sparqrl.algos.ppo.losses import LossInfo, gae, policy_loss, ppo_loss
+from sparqrl.algos.ppo.losses import gae, policy_loss, ppo_loss
 from sparqrl.algos.ppo.objectives import (
     MetaParams,
     dpo_drift,
@@ -100,39 +100,54 @@ def make_training(config: Config) -> sparse.NetTraining:
     return sparsify.learner_training(config, make_optimizer(config), config.num_optimizer_steps)
 
 
+BatchLoss = Callable[[jax.Array, jax.Array, jax.Array, Batch], tuple[jax.Array, dict[str, jax.Array]]]
+"""loss(log π(a|s), V(s), entropy, minibatch) -> (scalar loss, its terms by name): the first three [N] under the
+parameters being learned, the minibatch's fields [N, ...] from the fragment."""
+
+
+class Rule(NamedTuple):
+    """What the learner learns with: the optimizer (`training`: masked and scheduled when sparse, as
+    `make_training`) and the loss of a minibatch. PPO's is `ppo_rule`; A2C's (`sparqrl.algos.a2c`) is RMSProp on
+    the vanilla policy-gradient loss, learned in one pass of one minibatch."""
+
+    training: sparse.NetTraining
+    loss: BatchLoss
+
+
+def ppo_rule(config: Config, meta_params: MetaParams | dict | None = None) -> Rule:
+    """PPO's `Rule`: `make_training`'s Adam and `ppo_loss` with the config's objective and value loss, their
+    meta-parameters resolved by `meta_params_for` (as `make_actor_learner` takes them)."""
+    meta_params = meta_params_for(config.objective, config.value_loss, meta_params)
+    policy_objective = policy_objective_for(config, meta_params)
+    value_objective = value_objective_for(config, meta_params)
+
+    def loss(log_prob: jax.Array, values: jax.Array, entropy: jax.Array, batch: Batch
+             ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        total, info = ppo_loss(log_prob, batch.log_prob, batch.advantages, values, batch.value, batch.targets, entropy,
+                               clip_eps=config.clip_eps, clip_value=config.value_loss == "clipped",
+                               vf_coef=config.vf_coef, ent_coef=config.ent_coef,
+                               policy_objective=policy_objective, value_objective=value_objective)
+        return total, info._asdict()
+
+    return Rule(make_training(config), loss)
+
+
 def make_learn_batch(config: Config, network: ActorCritic, optimizer: optax.GradientTransformation,
-                     meta_params: MetaParams | None = None, *, unroll: bool = False
+                     loss: BatchLoss, *, unroll: bool = False
                      ) -> Callable[[Learner, Batch, jax.Array], tuple[Learner, dict[str, jax.Array]]]:
-    """PPO's learning step on one batch [T, B] (both runners): `update_epochs` passes, each over the batch
-    shuffled and split into `num_minibatches` minibatches, one Adam step per minibatch. Returns the
-    learner and the loss terms' means over every minibatch.
+    """The learning step on one batch [T, B] (both runners): `update_epochs` passes, each over the batch
+    shuffled and split into `num_minibatches` minibatches, one optimizer step on `loss` per minibatch.
+    Returns the learner and the loss terms' means over every minibatch.
 
     unroll: the epochs and minibatches as straight-line code instead of loops. For a CNN learned outside any
     loop (the host learner): XLA's CPU back-end runs a convolution's gradient inside a loop body about 10x
     slower than outside one (jax-ml/jax#12868; Nature CNN, batch 32: 0.23 s vs 0.023 s per gradient here)."""
 
-    policy_objective = policy_objective_for(config, meta_params)
-    value_objective = value_objective_for(config, meta_params)
-
-    def loss_fn(params: Any, batch: Batch) -> tuple[jax.Array, LossInfo]:
+    def loss_fn(params: Any, batch: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
         dist, values = network.apply(params, batch.obs)
-        return ppo_loss(
-            dist.log_prob(batch.action),
-            batch.log_prob,
-            batch.advantages,
-            values,
-            batch.value,
-            batch.targets,
-            dist.entropy(),
-            clip_eps=config.clip_eps,
-            clip_value=config.value_loss == "clipped",
-            vf_coef=config.vf_coef,
-            ent_coef=config.ent_coef,
-            policy_objective=policy_objective,
-            value_objective=value_objective,
-        )
+        return loss(dist.log_prob(batch.action), values, dist.entropy(), batch)
 
-    def sgd_step(carry: tuple[Learner, LossInfo], minibatch: Batch) -> tuple[tuple[Learner, LossInfo], None]:
+    def sgd_step(carry: tuple[Learner, dict], minibatch: Batch) -> tuple[tuple[Learner, dict], None]:
         learner, info_sum = carry
         grads, info = jax.grad(loss_fn, has_aux=True)(learner.params, minibatch)
         updates, opt_state = optimizer.update(grads, learner.opt_state, learner.params)
@@ -143,7 +158,7 @@ def make_learn_batch(config: Config, network: ActorCritic, optimizer: optax.Grad
         """keys: [update_epochs], one per epoch's shuffle."""
         batch = jax.tree.map(lambda x: x.reshape((config.batch_size, *x.shape[2:])), batch)
 
-        def epoch(carry: tuple[Learner, LossInfo], key: jax.Array) -> tuple[tuple[Learner, LossInfo], None]:
+        def epoch(carry: tuple[Learner, dict], key: jax.Array) -> tuple[tuple[Learner, dict], None]:
             permutation = jax.random.permutation(key, config.batch_size)
             minibatches = jax.tree.map(
                 lambda x: x[permutation].reshape((config.num_minibatches, config.minibatch_size, *x.shape[1:])),
@@ -152,10 +167,11 @@ def make_learn_batch(config: Config, network: ActorCritic, optimizer: optax.Grad
             return jax.lax.scan(sgd_step, carry, minibatches, unroll=unroll)
 
         # the loss terms summed in the loop's carry (not stacked per minibatch: fewer kernels per step)
-        zeros = LossInfo(*(jnp.zeros((), jnp.float32) for _ in LossInfo._fields))
+        terms = jax.eval_shape(loss_fn, learner.params, jax.tree.map(lambda x: x[:config.minibatch_size], batch))[1]
+        zeros = jax.tree.map(lambda term: jnp.zeros(term.shape, term.dtype), terms)
         (learner, info_sum), _ = jax.lax.scan(epoch, (learner, zeros), keys, unroll=unroll)
         count = config.update_epochs * config.num_minibatches
-        return learner, {name: value / count for name, value in info_sum._asdict().items()}
+        return learner, {name: value / count for name, value in info_sum.items()}
 
     return learn_batch
 
@@ -207,7 +223,7 @@ def scaled_rewards(learner: LearnerState, steps: Step) -> tuple[jax.Array, Runni
 
 
 def make_actor_learner(config: Config, env: Any, meta_params: MetaParams | dict | None = None, *,
-                       unroll: bool | None = None) -> ActorLearner:
+                       unroll: bool | None = None, rule: Rule | None = None) -> ActorLearner:
     """PPO's learner for a JAX env (`make_algorithm`) or a host env spec (`HostSpec`). Actors sample from the
     policy copy they were handed and send the behaviour log-probabilities; the learner takes one fragment [T =
     num_steps, N = num_envs] as PureJaxRL's update takes one rollout: values and GAE under its current
@@ -222,15 +238,16 @@ def make_actor_learner(config: Config, env: Any, meta_params: MetaParams | dict 
     population of them vmaps (`sparqrl.meta`): a `MetaParams` or a dict with keys 'lpo' / 'value_loss'.
     None: read from the files the config names ('lpo:PATH', 'learned:PATH'), on the host.
     unroll: epochs and minibatches as straight-line code (`make_learn_batch`); None: for a CNN torso, which
-    the actor-learner runner learns outside any loop (on device the learner runs inside the update loop)."""
+    the actor-learner runner learns outside any loop (on device the learner runs inside the update loop).
+    rule: the optimizer and loss (`Rule`); None: PPO's (`ppo_rule`). A2C passes its own, with its config."""
     if not has_tracers(config):
         config = config.validate(env)
     obs_shape = tuple(env.observation_shape)
     network = ActorCritic(action_dim=action_dim(env), discrete=is_discrete(env), obs_shape=obs_shape,
                           hidden=tuple(config.hidden), activation=config.activation, torso=config.torso)
-    training = make_training(config)
-    meta_params = meta_params_for(config.objective, config.value_loss, meta_params)
-    learn_batch = make_learn_batch(config, network, sparse.transform(training), meta_params,
+    rule = ppo_rule(config, meta_params) if rule is None else rule
+    training = rule.training
+    learn_batch = make_learn_batch(config, network, sparse.transform(training), rule.loss,
                                    unroll=cnn_kind(obs_shape, config.torso) is not None if unroll is None else unroll)
 
     def init_params(key: jax.Array) -> Any:
