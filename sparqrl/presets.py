@@ -85,6 +85,15 @@ PRESETS: tuple[Preset, ...] = (
         fields={"lr": 3e-4, "num_envs": 16, "num_steps": 128, "update_epochs": 10, "num_minibatches": 32,
                 "gamma": 0.95, "ent_coef": 0.0, "anneal_lr": False, "normalize_obs": True, "normalize_reward": True},
     ),
+    Preset(
+        name="impala-host", algo="impala", matches=lambda env: env.startswith("gym:") and not _atari(env),
+        family="host environments (gym:NAME but Atari)",
+        source="sparqrl's own runs (BENCHMARKS.md, 'impala-host: the collapse'): the actor-learner runner's actors "
+               "act with copies a few versions old, and V-trace's importance weights clipped at 1 then bias the "
+               "policy gradient toward the learner's own recent moves whenever the critic overestimates, until one "
+               "action is certain; rho_bar 10 leaves them unclipped in practice (on device they are 1)",
+        fields={"rho_bar": 10.0},
+    ),
 )
 
 NAMES = tuple(p.name for p in PRESETS)

@@ -34,7 +34,9 @@ class Config(ActorCriticConfig):
     """V-trace's lambda: scales the traces c_t (1: the paper's V-trace; lower trades variance for bias)."""
 
     rho_bar: float = 1.0
-    """Clip of the importance weights rho_t in the V-trace targets and the policy-gradient advantages."""
+    """Clip of the importance weights rho_t in the V-trace targets and the policy-gradient advantages (1: the
+    paper's). Host envs start from 10 (`presets`, impala-host): actors' copies lag the learner there, and a clip
+    at 1 biases the policy gradient toward the learner's own recent moves wherever the critic overestimates."""
 
     c_bar: float = 1.0
     """Clip of the trace coefficients c_t (the paper assumes rho_bar >= c_bar)."""
