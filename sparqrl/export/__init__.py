@@ -11,7 +11,7 @@ observations, with no sparqrl (or JAX) import.
 The graph is the run's whole deterministic action, the one `sparqrl.load(run_dir).act` and evaluation
 take: PPO's observation normalisation (its saved running statistics), the network (MLP or MinAtar
 Conv torso), and the head (argmax -> int32 [batch]; for continuous actions tanh and scaling to the
-env's bounds, or PPO's clipping, -> float32 [batch, |A|]). Every algorithm (ppo, impala, dqn, td3, sac) on
+env's bounds, or PPO's clipping, -> float32 [batch, |A|]). Every algorithm (ppo, impala, a2c, dqn, td3, sac) on
 both runners exports; sparse runs (RLx2) store their pruned kernels compactly (`graph`: a bitmap and
 the kept values, rebuilt at session load) and the report gives the bytes of both encodings.
 

@@ -18,7 +18,7 @@ DESCRIPTION = """Evolve part of a learning rule over vmapped inner trainings (ev
 tasks:
   value-loss  PPO's value loss (a 64-64 network started at L2); fitness: mean return over the whole inner run
   lpo         PPO's drift function (the LPO network started at PPO-clip); fitness: final return
-  hparams     the traced hyperparameters of --algo (ppo, dqn, td3, sac, impala); fitness: final return
+  hparams     the traced hyperparameters of --algo (ppo, dqn, td3, sac, impala, a2c); fitness: final return
   mfos        M-FOS: a meta-policy that shapes a learning opponent in a matrix game (--game, --opponent),
               trained by evolution (--trainer es) or PPO (--trainer ppo); fitness: its mean reward per round;
               --opponent self: meta-self-play, two PPO agents (fitness: their mean reward per round)
@@ -38,7 +38,7 @@ def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="sparqrl meta", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("task", nargs="?", help="value-loss, lpo, hparams, mfos or act")
     p.add_argument("--env", default=None, help=f"inner environment (default {d.env})")
-    p.add_argument("--algo", default=None, help="inner algorithm for hparams: ppo, dqn, td3, sac, impala (default ppo)")
+    p.add_argument("--algo", default=None, help="inner algorithm for hparams: ppo, dqn, td3, sac, impala, a2c (default ppo)")
     p.add_argument("--strategy", default=None, help="open_es (default), snes, cma_es, simple_ga")
     p.add_argument("--generations", type=int, default=None, help=f"generations (default {d.generations})")
     p.add_argument("--popsize", type=int, default=None, help=f"population size (default {d.popsize}; even for open_es)")
