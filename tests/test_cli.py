@@ -32,7 +32,7 @@ BIG = "100000000000"
         (["train", "ppo", "--seeds", "0"], ["seeds", "0"]),
         (["train", "ppo", "--seed", BIG], ["seed", BIG]),
         (["train", "ppo", "--set", "num_minibatches=3"], ["num_minibatches", "3"]),
-        (["train", "a2c"], ["algo", "a2c", "ppo", "dqn"]),
+        (["train", "trpo"], ["algo", "trpo", "ppo", "dqn", "a2c"]),
         (["train"], ["ALGO"]),
         (["train", "ppo", "--bogus", "3"], ["--bogus"]),
         (["train", "ppo", "--set", "lrr=0.1"], ["lrr", "lr"]),
