@@ -80,6 +80,25 @@ def test_a_dominant_item_never_pushes_draws_into_empty_slots():
     assert np.all(np.asarray(probs) > 0)
 
 
+def test_weight_zero_slots_anywhere_are_never_drawn():
+    """`sample_weighted` over weights with zeros between and after positive ones (n-step windows not yet
+    complete sit in the middle of a wrapped ring): draws in proportion, none of weight 0, even where a dominant
+    item's block is followed by zero-weight slots in it and in later blocks."""
+    rng = np.random.default_rng(4)
+    weights = rng.exponential(size=100).astype(np.float32)
+    weights[rng.random(100) < 0.4] = 0.0
+    weights[37:45] = 0.0
+    weights[90:] = 0.0
+    slots, probs = jax.jit(per.sample_weighted, static_argnums=2)(jnp.asarray(weights), jax.random.key(5), 200_000)
+    want = weights.astype(np.float64) / weights.astype(np.float64).sum()
+    assert _chi_square_p_value(slots, want) > 1e-3
+    np.testing.assert_allclose(np.asarray(probs), want[np.asarray(slots)], rtol=1e-5)
+    dominant = np.zeros(100, np.float32)
+    dominant[:12], dominant[12] = 1e-6, 1e6  # slot 12 starts block 1 of 10; zeros after it
+    slots, probs = jax.jit(per.sample_weighted, static_argnums=2)(jnp.asarray(dominant), jax.random.key(6), 100_000)
+    assert int(np.max(slots)) == 12 and np.all(np.asarray(probs) > 0)
+
+
 def test_importance_weights_match_numpy():
     rng = np.random.default_rng(0)
     priorities = rng.uniform(0.01, 3.0, size=20).astype(np.float32)

@@ -15,6 +15,7 @@ from sparqrl.algos import evaluate, get_algorithm, td3
 from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM, Step, make_train_fn
 from sparqrl.config import ConfigError
 from sparqrl.envs import host_spec, make_env
+from sparqrl.runners import sebulba
 
 from conftest import last_metric, train_as_users_do
 
@@ -235,9 +236,11 @@ def test_stored_next_obs_is_the_pre_reset_final_obs(small_runs):
 @pytest.mark.parametrize("nstep, cut", [(3, True), (1, False)])
 def test_host_fragments_end_n_step_windows(nstep, cut):
     """On the actor-learner runner the replay stores fragments in arrival order, perhaps from different actors'
-    envs: with n-step targets each fragment's last step is stored as truncated, so no window joins two
-    fragments; one-step targets store the flags as they came."""
+    envs: with n-step targets the runner marks each fragment's last step truncated (`sebulba._learn_fragment`,
+    for a learner that `joins_fragments`), so no window joins two fragments; one-step targets store the flags as
+    they came, and so does the learner itself (on device consecutive fragments are the same envs' steps)."""
     al = td3.make_actor_learner(td3.Config(nstep=nstep, num_envs=2, learning_starts=1_000), host_spec("gym:Pendulum-v1"))
+    assert al.joins_fragments == cut
     t, n = 4, 2
     truncated = np.zeros((t, n), bool)
     truncated[1, 0] = True  # a time limit inside the fragment, kept
@@ -245,11 +248,14 @@ def test_host_fragments_end_n_step_windows(nstep, cut):
                  reward=np.ones((t, n), np.float32), next_obs=np.zeros((t, n, 3), np.float32),
                  terminated=np.zeros((t, n), bool), truncated=truncated, extra=np.zeros((t, n, 1), np.float32),
                  priority=np.ones((t, n), np.float32))
-    learner, _ = jax.jit(al.learn)(al.init(jax.random.key(0)), steps)
-    stored = np.asarray(learner.buffer.storage.truncated)[:t]
+    seeds = jax.vmap(al.init)(jax.random.split(jax.random.key(0), 1))
+    learner, _ = jax.jit(sebulba._learn_fragment(al))(seeds, jax.tree.map(lambda x: x[:, None], steps))  # [T, S=1, N]
+    stored = np.asarray(learner.buffer.storage.truncated)[0, :t]
     expected = truncated.copy()
     expected[-1] |= cut
     np.testing.assert_array_equal(stored, expected)
+    learner, _ = jax.jit(al.learn)(al.init(jax.random.key(0)), steps)
+    np.testing.assert_array_equal(np.asarray(learner.buffer.storage.truncated)[:t], truncated)
 
 
 def test_act_maps_to_env_bounds_and_evaluates(small_runs, pendulum):

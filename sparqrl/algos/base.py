@@ -299,6 +299,12 @@ class ActorLearner(NamedTuple):
     on_policy                                 True: a fragment acted with a policy more than the run's
                                               `max_lag` learner updates old is dropped and counted, never
                                               learned from (PPO); False: any age (replay)
+    joins_fragments                           True: `learn` stores each fragment after the one before and reads
+                                              consecutive rows as one env's consecutive steps (a replay's n-step
+                                              windows); the actor-learner runner, whose next fragment may be
+                                              another actor's envs, then marks each fragment's last step
+                                              `truncated`, so no window joins two (`runners.sebulba`). False:
+                                              nothing reads across a fragment's end
     """
 
     init: Callable[[jax.Array], Any]
@@ -311,6 +317,7 @@ class ActorLearner(NamedTuple):
     fragment_steps: int = 0
     for_fragments: Callable[[int], "ActorLearner"] | None = None
     on_policy: bool = False
+    joins_fragments: bool = False
 
 
 def per_step(learn_step: Callable[[Any, Step], tuple[Any, dict[str, jax.Array]]], unroll: bool = False

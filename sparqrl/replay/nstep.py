@@ -13,6 +13,11 @@ Valid region. The valid items are the `size` most recent ones, the slots
 (insert_pos − size + j) mod capacity for j = 0 .. size−1. `uniform.add` keeps this true, and it stays
 true when the RLx2 dynamic buffer (`sparqrl.replay.dynamic`) drops the oldest items by lowering `size`.
 (`uniform.sample` instead assumes the filled slots are [0, size), which only holds without shrinking.)
+
+Prioritized windows (DQN's n-step targets with prioritized replay): the same ring, plus one sampling weight
+per (slot, stream), the priority of the window that starts there (`prioritized.PrioritizedState` with weights
+[capacity · S]). A draw picks a start by weight among those whose whole window is stored (`window_starts`,
+the starts the uniform draw allows), so the replayed item is the window and its priority the window's |δ|.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from sparqrl.replay import prioritized, uniform
+from sparqrl.replay.prioritized import PrioritizedSample, PrioritizedState
 from sparqrl.replay.uniform import BufferState, gather
 
 
@@ -77,3 +84,47 @@ def oldest_items(state: BufferState, count: int) -> tuple[Any, jax.Array]:
     """
     offsets = jnp.arange(count, dtype=jnp.int32)
     return gather(state, slots_from_oldest(state, offsets)), offsets < state.size
+
+
+# ---- prioritized windows (DQN's n-step targets with prioritized replay) ---------------------------------
+
+
+def init_prioritized(example_row: Any, capacity: int) -> PrioritizedState:
+    """An empty prioritized window replay: slots shaped like `example_row` (every leaf [S, ...]), and one sampling
+    weight per (slot, stream), the window that starts there (item slot·S + stream; `sample_prioritized_windows`)."""
+    buffer = uniform.init(example_row, capacity)
+    return PrioritizedState(buffer, jnp.zeros((buffer.capacity * num_streams(buffer),), jnp.float32))
+
+
+def add_prioritized(state: PrioritizedState, rows: Any, priorities: jax.Array,
+                    priority_exponent: float | jax.Array) -> PrioritizedState:
+    """Write slots `rows` (every leaf [R, S, ...]) in ring order with the priorities p [R, S] (> 0) of the windows
+    that start at their items, stored as p^α; an overwritten slot's windows get the new ones'."""
+    streams = num_streams(state.buffer)
+    slots = (state.buffer.insert_pos + jnp.arange(jnp.shape(priorities)[0], dtype=jnp.int32)) % state.buffer.capacity
+    items = (slots[:, None] * streams + jnp.arange(streams, dtype=jnp.int32)).reshape(-1)
+    weights = prioritized.priority_weights(priorities, priority_exponent).reshape(-1)
+    return PrioritizedState(uniform.add(state.buffer, rows), state.weights.at[items].set(weights, unique_indices=True))
+
+
+def window_starts(state: BufferState, n: int) -> jax.Array:
+    """bool [capacity]: the slots a window of n consecutive valid slots starts at, those at least n − 1 slots older
+    than the newest (the valid region's first size − n + 1, as `sample_window_starts` draws offsets)."""
+    age = (state.insert_pos - 1 - jnp.arange(state.capacity, dtype=jnp.int32)) % state.capacity  # newest: 0
+    return (age >= n - 1) & (age < state.size)
+
+
+def sample_prioritized_windows(state: PrioritizedState, key: jax.Array, batch_size: int, n: int,
+                               importance_exponent: float | jax.Array) -> PrioritizedSample:
+    """A prioritized batch of windows: items [batch_size, n, ...] (the stream axis sampled away), each drawn with
+    P ∝ the weight of the (slot, stream) it starts at among the `window_starts` (an incomplete window, whose
+    later slots are not yet written, is never drawn); slots: those items (slot·S + stream), for
+    `prioritized.update_priorities`; importance weights as `prioritized.importance_weights` over the windows
+    that can be drawn."""
+    streams = num_streams(state.buffer)
+    starts = jnp.repeat(window_starts(state.buffer, n), streams)  # [capacity · S]
+    items, probs = prioritized.sample_weighted(jnp.where(starts, state.weights, 0.0), key, batch_size)
+    slots = (items[:, None] // streams + jnp.arange(n, dtype=jnp.int32)) % state.buffer.capacity  # [B, n]
+    windows = jax.tree.map(lambda store: store[slots, (items % streams)[:, None]], state.buffer.storage)
+    weights = prioritized.importance_weights(probs, jnp.sum(starts), importance_exponent)
+    return PrioritizedSample(windows, items, probs, weights)

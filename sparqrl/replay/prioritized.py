@@ -54,7 +54,9 @@ class PrioritizedState:
     """A ring buffer of items with one sampling weight per slot.
 
     buffer   the uniform ring buffer (storage [capacity, ...], insert_pos, size)
-    weights  float32 [capacity]: p_i^α of the item in slot i (> 0 on filled slots), 0 on empty ones
+    weights  float32 [capacity]: p_i^α of the item in slot i (> 0 on filled slots), 0 on empty ones;
+             n-step windows (`replay.nstep.init_prioritized`): [capacity · S], one per (slot, stream) where a
+             window starts, item slot·S + stream
     """
 
     buffer: BufferState
@@ -138,33 +140,44 @@ def probabilities(state: PrioritizedState) -> jax.Array:
 
 
 def sample_slots(state: PrioritizedState, key: jax.Array, batch_size: int) -> tuple[jax.Array, jax.Array]:
-    """(slots int32 [batch_size], P(slot) float32 [batch_size]): independent draws with P(i) ∝ w_i.
-
-    Two-level inverse CDF (module docstring). Only the filled slots [0, size) can come out, even where
-    a uniform variate times a float32 total rounds up to the total. With an empty buffer the slots are
-    0 and the probabilities 0; guard with `can_sample`.
+    """(slots int32 [batch_size], P(slot) float32 [batch_size]): independent draws with P(i) ∝ w_i over the
+    filled slots [0, size) (`sample_weighted`). With an empty buffer the slots are 0 and the probabilities 0;
+    guard with `can_sample`.
     """
-    capacity = state.capacity
+    return sample_weighted(jnp.where(jnp.arange(state.capacity) < state.size, state.weights, 0.0), key, batch_size)
+
+
+def sample_weighted(weights: jax.Array, key: jax.Array, batch_size: int) -> tuple[jax.Array, jax.Array]:
+    """(slots int32 [batch_size], P(slot) float32 [batch_size]): independent draws with P(i) = w_i / Σ_j w_j
+    from weights [C] >= 0, zeros anywhere (empty slots; n-step windows not yet complete, `replay.nstep`).
+
+    Two-level inverse CDF (module docstring). A slot of weight 0 never comes out, even where a uniform
+    variate times a float32 total rounds up to the total: the last block of positive sum, and within a
+    block its last positive slot, bound the search. All weights 0: slots 0 and probabilities 0.
+    """
+    capacity = weights.shape[0]
     blocks, block_size = _grid(capacity)
-    size = state.size
-    weights = jnp.where(jnp.arange(capacity) < size, state.weights, 0.0)
     grid = jnp.pad(weights, (0, blocks * block_size - capacity)).reshape(blocks, block_size)
     block_sums = jnp.sum(grid, axis=1)
     block_cdf = jnp.cumsum(block_sums)
     total = block_cdf[-1]
 
     block_key, item_key = jax.random.split(key)
-    last = jnp.maximum(size - 1, 0)  # the newest filled slot bounds both levels
     u_block = jax.random.uniform(block_key, (batch_size,)) * total
-    block = jnp.minimum(jnp.searchsorted(block_cdf, u_block, side="right"), last // block_size)
+    block = jnp.minimum(jnp.searchsorted(block_cdf, u_block, side="right"), _last_positive(block_sums))
     rows = grid[block]  # [B, block_size]
     row_cdf = jnp.cumsum(rows, axis=1)
     u_item = jax.random.uniform(item_key, (batch_size,)) * row_cdf[:, -1]
     within = jax.vmap(lambda cdf, u: jnp.searchsorted(cdf, u, side="right"))(row_cdf, u_item)
-    within = jnp.minimum(within, last - block * block_size)
+    within = jnp.minimum(within, _last_positive(rows))
     slots = (block * block_size + within).astype(jnp.int32)
     probs = jnp.where(total > 0, weights[slots] / jnp.where(total > 0, total, 1.0), 0.0)
     return slots, probs
+
+
+def _last_positive(x: jax.Array) -> jax.Array:
+    """int32 [...]: the index of the last positive entry of x [..., K] along its last axis (0 if none)."""
+    return jnp.max(jnp.where(x > 0, jnp.arange(x.shape[-1]), 0), axis=-1)
 
 
 def importance_weights(probs: jax.Array, size: jax.Array, importance_exponent: float | jax.Array) -> jax.Array:

@@ -33,7 +33,7 @@ import numpy as np
 
 from sparqrl import config as cfg, presets
 from sparqrl.algos import get_algorithm
-from sparqrl.algos.base import ActorLearner, acting_aux, explore_one, forward
+from sparqrl.algos.base import ActorLearner, Step, acting_aux, explore_one, forward
 from sparqrl.envs import evaluate_host, host_spec, is_atari
 from sparqrl.envs.custom import is_local
 from sparqrl.extras import need_installed
@@ -138,10 +138,14 @@ def resume(rundir: RunDir, algo_name: str, algo_config: Any, run: RunConfig, *,
 
 
 def _learn_fragment(al: ActorLearner):
-    """(learner [S], steps [T, S, N, ...]) -> (learner, per-seed metrics [S], means over the fragment)."""
+    """(learner [S], steps [T, S, N, ...]) -> (learner, per-seed metrics [S], means over the fragment). A learner
+    that joins fragments (`ActorLearner.joins_fragments`: a replay's n-step windows) gets each one's last step
+    marked truncated (`end_fragment`): the fragment it stores next may come from another actor's envs."""
     cnn = al.acting.features is not None
 
     def learn(learner: Any, steps: Any) -> tuple[Any, dict]:
+        if al.joins_fragments:
+            steps = end_fragment(steps)
         steps = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), steps)  # [S, T, N, ...]
         if cnn and jax.tree.leaves(steps)[0].shape[0] == 1:  # one seed of a CNN learner: not vmapped (XLA's
             # CPU runs a vmapped CNN's gradient ~2x slower: benchmarks/dqn_atari_learner.py --vmap)
@@ -150,6 +154,12 @@ def _learn_fragment(al: ActorLearner):
         return jax.vmap(al.learn)(learner, steps)
 
     return learn
+
+
+def end_fragment(steps: Step) -> Step:
+    """A fragment `steps` (leaves [T, ...]) with its last step marked `truncated`: an n-step window ends there and
+    bootstraps from that step's next_obs, as at a time limit (a step also terminated stays terminated)."""
+    return steps._replace(truncated=jnp.asarray(steps.truncated, jnp.bool_).at[-1].set(True))
 
 
 def _run(p: Prepared, algo_name: str, run: RunConfig, rundir: RunDir, *, resuming: bool,

@@ -70,10 +70,11 @@ class Config(AdamConfig):
 
     nstep: int = 1
     """n of the n-step Q-learning target y = Σ_{k<n} γ^k r_k + γ^n Q'(s_n, a*) (Mnih et al. 2016; Hessel et al.
-    2018's Rainbow: n = 3), on windows of n consecutive steps of one env drawn from uniform replay; a termination
-    inside the window cuts the rest and the bootstrap, a truncation stops the sum there and bootstraps from that
-    step's final observation (`sparqrl.returns.nstep_terms`). 1: the one-step target. n > 1 runs on device with
-    uniform replay only (the actor-learner runner's actors interleave their fragments in its replay)."""
+    2018's Rainbow and Horgan et al. 2018's Ape-X: n = 3), on windows of n consecutive steps of one env drawn from
+    the replay (prioritized: by the priority of the window's start); a termination inside the window cuts the rest
+    and the bootstrap, a truncation stops the sum there and bootstraps from that step's final observation
+    (`sparqrl.returns.nstep_terms`); on the actor-learner runner so does the end of each actor's fragment. 1: the
+    one-step target. n > 1 is not available with Atari's stacked frames."""
 
     max_grad_norm: float = 10.0
     """Clip gradients to this global norm; 0 turns clipping off."""

@@ -19,7 +19,7 @@ epsilon-greedy on the linear schedule); on the actor-learner runner Ape-X (Horga
 * actors act epsilon-greedily on their (possibly quantized) copy's Q-values with a fixed epsilon per
   env slot j of all M actor envs, ε_j = ε^(1 + α·j/(M − 1)) (ε = 0.4, α = 7; one slot: ε), and send
   with each step the initial priority |r + γ(1 − terminated)·max_a Q(s', a) − Q(s, a)| from that copy
-  (one-step, as this DQN's target; Ape-X's is n-step);
+  (one-step; Ape-X's is n-step: with `nstep` > 1 it is the initial priority of the window starting there);
 * the learner stores each row with priorities (p + ε_p)^α_p; each gradient step samples P(i) ∝ p_i^α_p,
   weights the loss by the normalised importance weights (n·P(i))^−β, and sets the sampled items'
   priorities to |δ| + ε_p (`sparqrl.replay.prioritized`).
@@ -28,11 +28,26 @@ Either part can be chosen on either runner (`prioritized`, `exploration`), so on
 Unlike PureJaxRL's `dqn.py`, the key given to `init` is threaded through everything (network init, resets,
 exploration, environment steps, replay sampling), so vmapped seeds really differ.
 
-n-step targets (`nstep` > 1, on device with uniform replay): each slot of the replay then holds one env step
+n-step targets (`nstep` > 1, either replay, either runner): each slot of the replay then holds one env step
 of all N envs (with `truncated`), so consecutive slots are consecutive steps of each env, and a gradient step
-draws B windows of n of them (`replay.nstep.sample_windows`) and regresses Q(s_0, a_0) on
-Σ_k γ^k r_k + γ^(m+1) Q_target(s'_m, a*), cut at a termination or truncation as `returns.nstep_terms` says;
-a* is picked as in the one-step target (`losses.bootstrap_value`). nstep = 1 is the one-step program unchanged.
+draws B windows of n of them and regresses Q(s_0, a_0) on Σ_k γ^k r_k + γ^(m+1) Q_target(s'_m, a*), cut at a
+termination or truncation as `returns.nstep_terms` says; a* is picked as in the one-step target
+(`losses.bootstrap_value`). Windows are drawn uniformly (`replay.nstep.sample_windows`) or, with prioritized
+replay, by the priority of the (slot, env) each starts at (`replay.nstep.sample_prioritized_windows`): on
+arrival the actor's one-step priority of that first step, once replayed the window's n-step |δ|; a window is
+drawn only once all its n slots are stored. On the actor-learner runner the replay stores the actors'
+fragments in arrival order, so the runner marks each fragment's last step truncated
+(`ActorLearner.joins_fragments`): a window ends there and bootstraps from that step's next_obs rather than
+run into another actor's envs.
+
+Why priorities on window starts, not Ape-X's n-step transitions built from each fragment before they enter
+the replay: one replay layout and one n-step target serve uniform and prioritized replay on both runners (on
+device a fragment is one env step, from which no n-step transition can be built), and prioritized replay is
+the uniform window replay plus a weight per window, drawn by the same sampler as one-step items
+(`replay.prioritized.sample_weighted`). The targets equal those built from each fragment (both cut at its end;
+Ape-X's actors, which keep their last n − 1 steps across fragments, cut only at episode ends); only a
+window's initial priority is its first step's one-step |δ| instead of the n-step one. nstep = 1 is the
+one-step program unchanged.
 """
 
 from __future__ import annotations
@@ -113,7 +128,7 @@ class LearnerState(NamedTuple):
     target_params: Any  # target Q-network
     opt_state: optax.OptState
     buffer: Any  # of Transition: replay.PrioritizedState, or replay.BufferState with `prioritized=False`;
-    # with nstep > 1 a replay.BufferState of rows of StepTransition [capacity // N, N, ...]
+    # with nstep > 1 the same of rows of StepTransition [capacity // N, N, ...] (`replay.nstep`: weights per (row, env))
     key: jax.Array
     env_steps: jax.Array  # int32 [], env steps received, summed over all (actors') envs of this seed
     gradient_steps: jax.Array  # int32 []
@@ -334,7 +349,7 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
     obs_shape = tuple(spec.observation_shape)
     stacked = is_atari(spec.name)  # frame stacks: each frame stored once (`replay.frames`)
     _check_observations(spec, stacked)
-    _check_nstep(config, spec)
+    _check_nstep(config, spec, stacked)
     num_envs, capacity = config.num_envs, config.replay_capacity
     network = _q_network(config, spec)
     training = make_training(config)
@@ -398,6 +413,7 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
         for_fragments=(lambda t: make_actor_learner(config, spec, t)) if stacked else None,
         summary=sparsify.learner_summary(config, training, jax.eval_shape(
             network.init, jax.random.key(0), jnp.zeros(spec.observation_shape, jnp.float32)), stored=("q",)),
+        joins_fragments=config.nstep > 1,  # n-step windows read consecutive rows
     )
 
 
@@ -413,25 +429,22 @@ def _check_observations(spec: Any, stacked: bool) -> None:
         )
 
 
-def _check_nstep(config: Config, spec: Any) -> None:
-    """Fail unless the n-step target's windows are one env's consecutive steps (`config`: resolved for its
-    runner): on device with uniform replay. The actor-learner runner's actors interleave their fragments in
-    the replay, and prioritized replay's items carry one-step priorities."""
-    if config.nstep == 1:
-        return
-    require(not is_host_env(spec.name), "nstep", config.nstep,
-            f"must be 1 on the actor-learner runner (env {spec.name}): n-step targets run on device (a JAX env)")
-    require(not config.prioritized, "nstep", config.nstep,
-            "must be 1 with prioritized replay (its priorities are one-step): set prioritized=false for n > 1")
+def _check_nstep(config: Config, spec: Any, stacked: bool) -> None:
+    """Fail unless the replay can hold n-step windows: not with Atari's stacked frames, whose replay keeps
+    each frame once (`replay.frames`) and one-step items."""
+    require(config.nstep == 1 or not stacked, "nstep", config.nstep,
+            f"must be 1 with Atari's stacked frames (env {spec.name}): their replay holds one-step transitions")
 
 
 def _init_replay(config: Config, example: Any, capacity: int) -> Any:
     """An empty replay of `capacity` transitions shaped like `example` (Transition or FrameTransition):
-    prioritized or uniform; with nstep > 1 uniform, of slots holding a row of N StepTransition."""
+    prioritized or uniform; with nstep > 1 of slots holding a row of N StepTransition, prioritized with a
+    weight per (slot, env) where a window starts (`replay.nstep.init_prioritized`)."""
     if config.nstep > 1:
         row = StepTransition(*example, truncated=jnp.zeros((), jnp.bool_))
         rows = jax.tree.map(lambda x: jnp.broadcast_to(x, (config.num_envs,) + x.shape), row)
-        return replay.init(rows, capacity // config.num_envs)
+        slots = capacity // config.num_envs
+        return nstep.init_prioritized(rows, slots) if config.prioritized else replay.init(rows, slots)
     return prioritized.init(example, capacity) if config.prioritized else replay.init(example, capacity)
 
 
@@ -486,18 +499,25 @@ def _draw(config: Config, ring: Any, buffer: Any, key: jax.Array, iteration: jax
 
 
 def _draw_windows(config: Config, buffer: Any, key: jax.Array, iteration: jax.Array) -> replay_learner.Drawn:
-    """B windows of `nstep` consecutive steps of one env, uniformly (`replay.nstep.sample_windows`), as the
-    n-step target reads them (NStepBatch): s_0, a_0, the window's terms and bootstrap observation s'_m."""
+    """B windows of `nstep` consecutive steps of one env, uniformly (`replay.nstep.sample_windows`) or by the
+    priority of their start with importance weights (`replay.nstep.sample_prioritized_windows`), as the n-step
+    target reads them (NStepBatch): s_0, a_0, the window's terms and bootstrap observation s'_m."""
     del iteration
-    window = nstep.sample_windows(buffer, key, config.batch_size, config.nstep)
+    if config.prioritized:
+        drawn = nstep.sample_prioritized_windows(buffer, key, config.batch_size, config.nstep,
+                                                 config.importance_exponent)
+        window, weights, slots = drawn.items, drawn.importance_weights, drawn.slots
+    else:
+        window, weights, slots = nstep.sample_windows(buffer, key, config.batch_size, config.nstep), None, None
     terms = returns.nstep_terms(window.reward, window.terminated, window.truncated, config.gamma)
     boot_obs = returns.at_index(window.next_obs, terms.boot_index)
-    return replay_learner.Drawn(NStepBatch(window.obs[:, 0], window.action[:, 0], boot_obs, terms))
+    return replay_learner.Drawn(NStepBatch(window.obs[:, 0], window.action[:, 0], boot_obs, terms), weights, slots)
 
 
 def _store(config: Config, stacked: bool, buffer: Any, step: Step) -> Any:
     """One row of N transitions into the replay (with the actors' priorities when prioritized; as one slot with
-    nstep > 1); with stacked frames, step.obs holds the frame numbers `learn` put there."""
+    nstep > 1, each priority then the window's that starts there); with stacked frames, step.obs holds the
+    frame numbers `learn` put there."""
     action, reward = jnp.asarray(step.action, jnp.int32), jnp.asarray(step.reward, jnp.float32)
     terminated = jnp.asarray(step.terminated, jnp.bool_)
     if stacked:
@@ -505,12 +525,14 @@ def _store(config: Config, stacked: bool, buffer: Any, step: Step) -> Any:
     else:
         items = Transition(jnp.asarray(step.obs, jnp.float32), action, reward,
                            jnp.asarray(step.next_obs, jnp.float32), terminated)
-    if config.nstep > 1:
+    if config.nstep > 1:  # one slot: the row of N
         row = StepTransition(*items, truncated=jnp.asarray(step.truncated, jnp.bool_))
-        return replay.add(buffer, jax.tree.map(lambda x: x[None], row))
+        items = jax.tree.map(lambda x: x[None], row)
     if not config.prioritized:
         return replay.add(buffer, items)
     priority = jnp.abs(jnp.asarray(step.priority, jnp.float32)) + config.priority_epsilon
+    if config.nstep > 1:
+        return nstep.add_prioritized(buffer, items, priority[None], config.priority_exponent)
     return prioritized.add(buffer, items, priority, config.priority_exponent)
 
 

@@ -358,22 +358,9 @@ def make_offpolicy(config: OffPolicyConfig, env: Any, agent: Agent) -> ActorLear
     def policy(learner: Learner) -> Any:
         return agent.policy(learner.agent)
 
-    return ActorLearner(init, per_step(learn_step), policy, acting, num_envs, config.num_updates, agent.summary)
-
-
-def cut_windows_at_fragment_ends(learn: Callable[[Any, Step], tuple[Any, dict]]
-                                 ) -> Callable[[Any, Step], tuple[Any, dict]]:
-    """The actor-learner runner's fragment learner with each fragment's last step [T-1] marked `truncated`, so an
-    n-step window ends there and bootstraps from that step's next_obs: the replay stores fragments in arrival
-    order, and the next one may come from another actor's envs (a window across the two would join different
-    environments' steps). Only the n-step return reads `truncated` in the replay (the one-step target cuts at
-    `terminated` alone); on device, consecutive rows are the same envs' consecutive steps, so nothing is cut."""
-
-    def learn_cut(learner: Any, steps: Step) -> tuple[Any, dict]:
-        last = (jnp.arange(steps.truncated.shape[0]) == steps.truncated.shape[0] - 1)[:, None]
-        return learn(learner, steps._replace(truncated=jnp.asarray(steps.truncated, jnp.bool_) | last))
-
-    return learn_cut
+    # n-step windows read consecutive rows: the actor-learner runner ends them at each fragment's end
+    return ActorLearner(init, per_step(learn_step), policy, acting, num_envs, config.num_updates, agent.summary,
+                        joins_fragments=config.horizon > 1)
 
 
 def entry_points(make_agent: Callable[[Any, Any], Agent]) -> tuple[Callable, Callable, Callable]:
@@ -383,8 +370,7 @@ def entry_points(make_agent: Callable[[Any, Any], Agent]) -> tuple[Callable, Cal
     def make_actor_learner(config: Any, env: Any) -> ActorLearner:
         """The learner and acting halves for the actor-learner runner; checks and resolves the config first."""
         config = config.validate(env)
-        al = make_offpolicy(config, env, make_agent(config, env))
-        return al._replace(learn=cut_windows_at_fragment_ends(al.learn)) if config.horizon > 1 else al
+        return make_offpolicy(config, env, make_agent(config, env))
 
     def make_algorithm(config: Any, env: Any) -> Algorithm:
         """The algorithm on device for `env` (continuous actions). The config is checked here, on the host,
