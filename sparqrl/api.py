@@ -42,6 +42,13 @@ Callback = Callable[[dict[str, Any]], Any]
 False stops the run after that chunk with a checkpoint (`train(..., resume=True)` goes on)."""
 
 
+UpdateHook = Callable[[dict[str, float]], Any]
+"""Called from inside the compiled training program (`jax.debug.callback`, not ordered) after each update of each
+seed with that update's scalar metrics {name: float} (metrics.csv holds their means over each chunk; with
+several seeds, one call per seed, in no guaranteed order). On-device runs only (not gym:NAME). Only a run given
+one has the callback in its program (docs/api/index.md: its cost per update)."""
+
+
 class _StopRequested(KeyboardInterrupt):
     """The callback returned False: the session saves a checkpoint as on Ctrl-C."""
 
@@ -76,13 +83,33 @@ def _split_options(algo: str, options: dict[str, Any]) -> tuple[dict[str, Any], 
             {k: v for k, v in options.items() if k in algo_fields})
 
 
+def _network_options(options: dict[str, Any]) -> dict[str, Any]:
+    """`network=` as the config records it: a torso (a MODULE:ATTR name or a callable at a module's top level,
+    `nets.torso.name_for`) for every network, or {"actor": torso, "critic": torso} for each its own
+    (actor_network, critic_network)."""
+    from sparqrl.nets.torso import name_for
+
+    out = dict(options)
+    value = out.pop("network", None)
+    if isinstance(value, dict):
+        cfg.require(bool(value) and set(value) <= {"actor", "critic"}, "network", value,
+                    "must be a torso, or a dict {'actor': torso, 'critic': torso} (either key may be left out)")
+        out.update({f"{name}_network": torso for name, torso in value.items()})
+    elif value is not None:
+        out["network"] = value
+    for field in ("network", "actor_network", "critic_network"):
+        if out.get(field) is not None:
+            out[field] = name_for(field, out[field])
+    return out
+
+
 def _strings(values: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in values.items()}
 
 
 def train(algo: str, env: Any, *, steps: int, seeds: int = 1, out: str | Path | None = None, overwrite: bool = False,
           resume: bool = False, callback: Callback | None = None, progress: bool = False,
-          trust_imports: bool = False, **options: Any) -> Run:
+          trust_imports: bool = False, on_update: UpdateHook | None = None, **options: Any) -> Run:
     """Train `algo` (ppo, impala, dqn, td3, sac) on `env` for `steps` env steps per seed, `seeds` seeds side by side.
 
     env: a name (a gymnax id, brax:NAME, gym:NAME, gym:MODULE:CLASS, jax:MODULE:ATTR), or your own environment
@@ -98,15 +125,17 @@ def train(algo: str, env: Any, *, steps: int, seeds: int = 1, out: str | Path | 
     `callback` and `progress` are not used, save that `env` and `imports=` name the modules the run may
     import). trust_imports: with resume, import the modules and join the Ray address the folder names
     (only for a folder whose code you trust: a run folder is data, see `sparqrl.trust`).
-    callback: see `Callback`. progress: show the progress bar. options: `RunConfig` fields (seed, chunks,
-    eval_every, eval_episodes, energy, ...) and `algo`'s config fields (lr, num_envs, hidden, ...).
+    callback: see `Callback`. on_update: see `UpdateHook`. progress: show the progress bar. options: `RunConfig`
+    fields (seed, chunks, eval_every, eval_episodes, energy, ...) and `algo`'s config fields (lr, num_envs, hidden,
+    ...); network: your own torso (`sparqrl.nets.torso`): a callable at a module's top level returning a flax
+    Module, or its "MODULE:ATTR" name, or {"actor": ..., "critic": ...} (recorded by name, never pickled).
     """
     from sparqrl import runners
     from sparqrl.envs import resolve_env_name
     from sparqrl.envs.custom import name_for
 
     cfg.one_of("algo", algo, ALGORITHMS)
-    run_options, algo_options = _split_options(algo, options)
+    run_options, algo_options = _split_options(algo, _network_options(options))
     if "imports" in run_options:  # module names, joined: str() of a tuple of strings would keep the quotes
         imports = run_options["imports"]
         run_options["imports"] = imports if isinstance(imports, str) else ",".join(map(str, imports))
@@ -127,12 +156,17 @@ def train(algo: str, env: Any, *, steps: int, seeds: int = 1, out: str | Path | 
         if callback is not None and callback({"chunk": chunks, **metrics}) is False:
             raise _StopRequested
 
+    hooks: dict[str, Any] = {"on_chunk": on_chunk}
+    if on_update is not None:
+        cfg.require(callable(on_update), "on_update", repr(on_update), "must be a callable taking a dict of metrics")
+        hooks["on_update"] = on_update
     try:
         if resume:
-            trust = named(run.imports, run.env, python=True, everything=trust_imports)
-            summary = runners.resume(out, progress=progress, trust=trust, on_chunk=on_chunk)
+            torsos = tuple(cfg.reference_module(spec) for _, spec in config.network_references())  # network=
+            trust = named(run.imports + torsos, run.env, python=True, everything=trust_imports)
+            summary = runners.resume(out, progress=progress, trust=trust, **hooks)
         else:
-            summary = runners.train(algo, config, run, on_chunk=on_chunk)
+            summary = runners.train(algo, config, run, **hooks)
     except runners.RunInterrupted:
         if callback is None:
             raise

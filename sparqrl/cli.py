@@ -370,7 +370,8 @@ def _train(argv: list[str]) -> int:
         loaded, rest = _take(rest, "--load-config")
         if loaded:  # the file's config is whole: no preset under it
             run, config = _parse(algo_name, rest, *load_config(algo_name, loaded[0]))
-            require_trusted(named_on_command(algo_name, rest), loaded[0], run.imports, run.env)  # the file's own
+            require_trusted(named_on_command(algo_name, rest), loaded[0], run.imports, run.env,  # the file's own
+                            networks=config.network_references())
             cfg.require(run.preset in ("auto", "none"), "--preset", run.preset,
                         "cannot be used with --load-config, whose file gives the whole config")
             run = dataclasses.replace(run, preset="none")
@@ -446,11 +447,12 @@ def _resume(argv: list[str]) -> dict:
 
 def named_on_command(algo_name: str, argv: list[str]) -> Trust:
     """What `argv` (train flags) names itself, over no saved run or file: its `--import`s, its `--env`'s
-    module and its `--ray-address` (`sparqrl.trust`)."""
+    module, its `--network`s' modules and its `--ray-address` (`sparqrl.trust`)."""
     if not argv:
         return NOTHING
-    typed, _ = _parse(algo_name, argv, RunConfig(), get_algorithm(algo_name).Config())
-    return named(typed.imports, typed.env, typed.ray_address, wandb_mode=typed.wandb_mode)
+    typed, typed_config = _parse(algo_name, argv, RunConfig(), get_algorithm(algo_name).Config())
+    torsos = tuple(cfg.reference_module(spec) for _, spec in typed_config.network_references())  # --network M:A
+    return named(typed.imports + torsos, typed.env, typed.ray_address, wandb_mode=typed.wandb_mode)
 
 
 def _eval(argv: list[str]) -> int:

@@ -303,3 +303,25 @@ def _kind(annotation: Any) -> str:
 
 def dumps(config: Any) -> str:
     return json.dumps(to_dict(config), indent=2, sort_keys=True)
+
+
+REFERENCE_FORM = "MODULE:ATTR, ATTR a zero-argument callable (e.g. a flax Module class) at the top level of an importable module"
+"""How a config names code by reference (a user's own torso, `sparqrl.nets.torso`): never an object, never pickled."""
+
+
+def reference_module(spec: Any) -> str | None:
+    """The module a MODULE:ATTR reference imports; None for anything else (None: nothing named)."""
+    if not isinstance(spec, str):
+        return None
+    module, sep, attr = spec.partition(":")
+    return module if sep and module and attr else None
+
+
+def check_reference(field: str, spec: Any) -> None:
+    """`spec` is None or a MODULE:ATTR reference (dotted identifiers on both sides); nothing is imported."""
+    if spec is None:
+        return
+    module = reference_module(spec)
+    attr = spec.partition(":")[2] if module is not None else ""
+    require(module is not None and all(p.isidentifier() for p in module.split(".") + attr.split(".")),
+            field, spec, f"must be {REFERENCE_FORM}")

@@ -6,7 +6,8 @@ that opens it: a module to import (a run's `imports`, the module of a `gym:MODUL
 `jax:MODULE:ATTR` env), a Ray address to join (`ray_address`) and W&B's online mode (`wandb_mode`, which sends
 the run off the machine). `Trust` is what the command named;
 `require_trusted` is the one check, made by every function that opens a folder before anything is
-imported, resolved or joined. No module is exempt: a folder naming `gym:os:fork` is refused like any other.
+imported, resolved or joined. A user's own torso (`network=MODULE:ATTR`, `sparqrl.nets.torso`) is such a
+module. No module is exempt: a folder naming `gym:os:fork` is refused like any other.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import dataclasses
 from pathlib import Path
 from typing import Iterable
 
-from sparqrl.config import ConfigError
+from sparqrl.config import ConfigError, reference_module
 from sparqrl.envs.custom import module_of
 
 
@@ -48,12 +49,15 @@ NOTHING = Trust()
 
 
 def require_trusted(trust: Trust, source: Path | str, imports: Iterable[str] = (), env: str | None = None,
-                    ray_address: str | None = None, uploads: bool = False) -> None:
+                    ray_address: str | None = None, uploads: bool = False,
+                    networks: Iterable[tuple[str, str]] = ()) -> None:
     """Raise a one-line `ConfigError` for the first module or address that `source` (a config.json) names
-    and the command did not: which one, from which file, and the flag that allows it."""
+    and the command did not: which one, from which file, and the flag that allows it. networks: (field,
+    MODULE:ATTR) of the torsos its algorithm config names (`AlgoConfig.network_references`)."""
     if trust.everything:
         return
     wanted = [("imports", m, m) for m in imports] + ([("env", env, module_of(env))] if module_of(env) else [])
+    wanted += [(field, spec, reference_module(spec)) for field, spec in networks]
     for field, value, module in wanted:
         if module not in trust.modules:
             allow = "pass trust_imports=True" if trust.python else f"add --import {module}"

@@ -61,7 +61,7 @@ def make_acting(network: ActorCritic, spec: Any, normalize_obs: bool, return_gam
     values `on_device` computes while acting)."""
     discrete = network.discrete
     branch = ActorBranch(network.action_dim, tuple(network.obs_shape), tuple(network.hidden), network.activation,
-                         network.torso)
+                         network.torso, network.actor_network)
     if not discrete:
         low, high = np.asarray(spec.action_space.low, np.float32), np.asarray(spec.action_space.high, np.float32)
 
@@ -100,7 +100,8 @@ def make_acting(network: ActorCritic, spec: Any, normalize_obs: bool, return_gam
         aux=aux,
         observe=observe if normalize_obs else None,
         return_gamma=return_gamma,
-        features=torso_features(tuple(network.obs_shape), network.activation, network.torso),
+        features=None if network.actor_network else torso_features(tuple(network.obs_shape), network.activation,
+                                                                    network.torso),
         noise=noise,
         explore_with=explore_with,
         value=value if with_value else None,

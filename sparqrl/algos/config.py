@@ -14,7 +14,8 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 import tyro
 
 from sparqrl.config import (
-    check_ints, fail, in_range, in_unit_interval, is_int, is_number, one_of, positive, positive_int, require,
+    check_ints, check_reference, fail, in_range, in_unit_interval, is_int, is_number, one_of, positive, positive_int,
+    require,
 )
 from sparqrl.envs import Box, Discrete
 
@@ -52,6 +53,20 @@ class AlgoConfig:
 
     activation: Activation = "relu"
     """Hidden-layer activation."""
+
+    # ---- your own network (`sparqrl.nets.torso`) ------------------------------------------------
+    network: Annotated[str | None, tyro.conf.arg(aliases=("--network",))] = None
+    """Your own torso instead of the built-in MLP/CNN: MODULE:ATTR, a zero-argument callable at the top level of
+    an importable module (e.g. a flax Module class) returning a flax linen Module that maps observations
+    [batch, *obs_shape] to features [batch, F]. The algorithm adds its heads: ppo, impala, dqn one Dense layer
+    (hidden and torso are then unused); td3, sac their MLPs of `hidden` (the critic's on features and action).
+    A run records the name: a folder naming it is opened only with --import MODULE (trust_imports=True)."""
+
+    actor_network: str | None = None
+    """The actor's own torso (MODULE:ATTR, as `network`); None: `network`."""
+
+    critic_network: str | None = None
+    """The critic's own torso (MODULE:ATTR, as `network`); None: `network`."""
 
     # ---- sparse training (`sparqrl.sparse`; RLx2, Tan et al. 2023; SET; RigL) ----------------------
     # Which methods an algorithm offers, and why it refuses the others (one line of the ConfigError).
@@ -95,6 +110,17 @@ class AlgoConfig:
 
     skip_step_on_topology_update: bool = True
     """Skip a network's optimizer step on its topology-update iterations, as the reference code does."""
+
+    def network_of(self, network: str = "") -> str | None:
+        """The torso named for `network` ('actor', 'critic'; '' for a shared network): its own field, else
+        `network`; None: the built-in one."""
+        own = getattr(self, f"{network}_network") if network else None
+        return own if own is not None else self.network
+
+    def network_references(self) -> tuple[tuple[str, str], ...]:
+        """(field, MODULE:ATTR) of each torso the config names: code a run folder names (`sparqrl.trust`)."""
+        fields = ("network", "actor_network", "critic_network")
+        return tuple((name, getattr(self, name)) for name in fields if getattr(self, name) is not None)
 
     @property
     def masked(self) -> bool:
@@ -149,6 +175,11 @@ class AlgoConfig:
                 "hidden", self.hidden, "must be a non-empty tuple of positive ints")
         one_of("activation", self.activation, get_args(Activation))
         self.check_sparse()
+        for name in ("network", "actor_network", "critic_network"):
+            check_reference(name, getattr(self, name))
+        for name in ("actor_network", "critic_network"):
+            require(getattr(self, name) is None or bool(self.SPARSE_NETWORKS), name, getattr(self, name),
+                    "this algorithm has one network: name its torso with --network")
 
 
 @dataclasses.dataclass(frozen=True)

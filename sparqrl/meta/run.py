@@ -423,7 +423,9 @@ def open_meta_dir(path: str, trust: Trust = NOTHING) -> tuple[Any, MetaConfig]:
         raise
     except (OSError, ValueError, KeyError, TypeError) as error:
         cfg.fail("resume", path, f"is not a meta run, or its config.json is damaged ({type(error).__name__})")
-    require_trusted(trust, out / CONFIG, env=config.env, uploads=config.wandb is not None and config.wandb_mode == "online")
+    torsos = [(k, v) for k, v in cfg.parse_set(config.set).items() if k.endswith("network") and v.lower() != "none"]
+    require_trusted(trust, out / CONFIG, env=config.env, uploads=config.wandb is not None and config.wandb_mode == "online",
+                    networks=torsos)  # the inner config's own torsos (--set network=MODULE:ATTR)
     return RunDir(out, held[1]), config
 
 

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sparqrl.nets.activations import ACTIVATIONS
+from sparqrl.nets.torso import TORSO_NAMES, UserTorso
 
 
 def sequential_under_vmap(fn: Callable) -> Callable:
@@ -73,6 +74,15 @@ def init_dense(scheme: str, features: int, fan_in: int) -> nn.Dense:
                     bias_init=bias_init)
 
 
+def obs_features(obs: jax.Array, obs_ndim: int, network: str | None, obs_shape: tuple[int, ...], index: int
+                 ) -> jax.Array:
+    """Inside a compact method: the flattened observation [..., d], or the features [..., F] of a user's torso
+    (`network`) named as network `index`'s (`TORSO_NAMES`): what TD3's and SAC's MLPs take."""
+    if network is None:
+        return flatten_obs(obs, obs_ndim)
+    return UserTorso(network, tuple(obs_shape), name=TORSO_NAMES[index])(obs)
+
+
 class HeadMLP(nn.Module):
     """Hidden Dense + activation layers, then a linear output layer of `out` units ([..., out])."""
 
@@ -88,6 +98,23 @@ class HeadMLP(nn.Module):
         return init_dense(self.scheme, self.out, x.shape[-1])(x)
 
 
+class TorsoHead(nn.Module):
+    """A user's torso (`nets.torso`) then a `HeadMLP`: TD3's and SAC's actor before its squashing, with the
+    actor's parameter names ('Torso_0', 'HeadMLP_0'), on flat or shaped observations: what their actors run."""
+
+    network: str
+    obs_shape: tuple[int, ...]
+    hidden: tuple[int, ...]
+    out: int
+    activation: str
+    scheme: str
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        features = obs_features(x, len(self.obs_shape), self.network, self.obs_shape, 0)
+        return HeadMLP(self.hidden, self.out, self.activation, self.scheme)(features)
+
+
 class TwinCritic(nn.Module):
     """Two Q-networks (obs, action) → (Q1 [...], Q2 [...]) in one module (one parameter tree, as RLx2's
     critic, whose 6 weight matrices share one sparsity allocation)."""
@@ -96,10 +123,12 @@ class TwinCritic(nn.Module):
     activation: str = "relu"
     obs_ndim: int = 1
     scheme: str = "torch"  # see `init_dense`
+    network: str | None = None  # a user's torso (`nets.torso`): both Q-networks take its features of obs
+    obs_shape: tuple[int, ...] = ()  # (with `network`)
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> tuple[jax.Array, jax.Array]:
-        x = jnp.concatenate([flatten_obs(obs, self.obs_ndim), action], axis=-1)
+        x = jnp.concatenate([obs_features(obs, self.obs_ndim, self.network, self.obs_shape, 1), action], axis=-1)
         q1 = HeadMLP(self.hidden, 1, self.activation, self.scheme, name="q1")(x)[..., 0]
         q2 = HeadMLP(self.hidden, 1, self.activation, self.scheme, name="q2")(x)[..., 0]
         return q1, q2
@@ -191,13 +220,27 @@ def cnn_kind(obs_shape: tuple[int, ...], kind: str = "auto") -> str | None:
     return "nature" if min(obs_shape[:2]) >= NATURE_MIN_SIZE else "minatar"
 
 
-def make_torso(obs_shape: tuple[int, ...], hidden: Sequence[int], activation: str, kind: str = "auto") -> nn.Module:
+def make_torso(obs_shape: tuple[int, ...], hidden: Sequence[int], activation: str, kind: str = "auto",
+               name: str | None = None) -> nn.Module:
     """kind "auto": a CNN for image-like [H, W, C] observations (`cnn_kind`), else an MLP; "mlp": an MLP over
-    the flattened observation whatever its shape."""
+    the flattened observation whatever its shape. name: the parameters' (None: flax numbers it)."""
     cnn = cnn_kind(obs_shape, kind)
     if cnn is not None:
-        return CNN_TORSOS[cnn](tuple(hidden), activation)
-    return MLP(tuple(hidden), activation, obs_ndim=len(obs_shape))
+        return CNN_TORSOS[cnn](tuple(hidden), activation, name=name)
+    return MLP(tuple(hidden), activation, obs_ndim=len(obs_shape), name=name)
+
+
+def network_torso(obs_shape: tuple[int, ...], hidden: Sequence[int], activation: str, kind: str,
+                  network: str | None, index: int) -> nn.Module:
+    """The torso of network `index` (0: the actor, or the only network; 1: the critic): the user's own
+    (`network`, see `nets.torso`) or `make_torso`'s, named by its index as flax numbers two built-in torsos
+    ('MLP_0', 'MLP_1'; a user's 'Torso_0', 'Torso_1'), so the sparse groups and the actor branch find
+    each network's layers whichever of them is the user's."""
+    if network is not None:
+        return UserTorso(network, tuple(obs_shape), name=TORSO_NAMES[index])
+    cnn = cnn_kind(obs_shape, kind)
+    builtin = CNN_TORSOS[cnn] if cnn is not None else MLP
+    return make_torso(obs_shape, hidden, activation, kind, name=f"{builtin.__name__}_{index}")
 
 
 def as_images(torso: nn.Module, x: jax.Array, obs_shape: tuple[int, ...]) -> jax.Array:
@@ -249,17 +292,19 @@ class ActorCritic(nn.Module):
     hidden: Sequence[int] = (64, 64)
     activation: str = "tanh"
     torso: str = "auto"  # make_torso's kind
+    actor_network: str | None = None  # the user's own actor torso, MODULE:ATTR (`nets.torso`); None: make_torso's
+    critic_network: str | None = None  # the critic's, alike
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[distrax.Distribution, jax.Array]:
-        actor = make_torso(self.obs_shape, self.hidden, self.activation, self.torso)(obs)
+        actor = network_torso(self.obs_shape, self.hidden, self.activation, self.torso, self.actor_network, 0)(obs)
         out = dense(self.action_dim, gain=0.01)(actor)
         if self.discrete:
             dist = distrax.Categorical(logits=out)
         else:
             log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
             dist = distrax.MultivariateNormalDiag(out, jnp.exp(log_std) * jnp.ones_like(out))
-        critic = make_torso(self.obs_shape, self.hidden, self.activation, self.torso)(obs)
+        critic = network_torso(self.obs_shape, self.hidden, self.activation, self.torso, self.critic_network, 1)(obs)
         value = dense(1, gain=1.0)(critic)[..., 0]
         return dist, value
 
@@ -275,17 +320,18 @@ class ActorBranch(nn.Module):
     hidden: Sequence[int] = (64, 64)
     activation: str = "tanh"
     torso: str = "auto"  # make_torso's kind
+    network: str | None = None  # the user's own torso (`ActorCritic.actor_network`)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        torso = make_torso(self.obs_shape, self.hidden, self.activation, self.torso)
+        torso = network_torso(self.obs_shape, self.hidden, self.activation, self.torso, self.network, 0)
         return dense(self.action_dim, gain=0.01)(torso(as_images(torso, x, self.obs_shape)))
 
 
 def actor_branch_params(variables: Any) -> Any:
     """The `ActorBranch` variables inside an `ActorCritic`'s: its first torso and its first Dense head."""
     params = variables["params"]
-    torsos = ("MLP_0",) + tuple(cls.__name__ + "_0" for cls in CNN_TORSOS.values())
+    torsos = ("MLP_0", TORSO_NAMES[0]) + tuple(cls.__name__ + "_0" for cls in CNN_TORSOS.values())
     return {"params": {k: params[k] for k in torsos + ("Dense_0",) if k in params}}
 
 
@@ -296,8 +342,9 @@ class QNetwork(nn.Module):
     obs_shape: tuple[int, ...]
     hidden: Sequence[int] = (120, 84)
     activation: str = "relu"
+    network: str | None = None  # the user's own torso, MODULE:ATTR (`nets.torso`); None: make_torso's
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        torso = make_torso(self.obs_shape, self.hidden, self.activation)
+        torso = network_torso(self.obs_shape, self.hidden, self.activation, "auto", self.network, 0)
         return nn.Dense(self.action_dim)(torso(as_images(torso, obs, self.obs_shape)))

@@ -29,11 +29,19 @@ def _host_runner() -> Any:
 
 def train(algo_name: str, algo_config: Any, run: RunConfig, **kwargs: Any) -> dict:
     """Train from scratch; returns the summary (also written to `run.out/summary.json`)."""
+    _check_update_hook(run, kwargs)
     use_compile_cache(run.compile_cache)
     _check_loggers(run)
     if is_host_env(run.env):
         return _host_runner().train(algo_name, algo_config, run, **kwargs)
     return anakin.train(algo_name, algo_config, run, **kwargs)
+
+
+def _check_update_hook(run: RunConfig, kwargs: dict[str, Any]) -> None:
+    """An `on_update` hook is for on-device runs: it is called from inside their compiled program."""
+    hook = kwargs.get("on_update")
+    require(hook is None or not is_host_env(run.env), "on_update", repr(hook), f"runs inside the on-device program; "
+            f"{run.env} is stepped on the host by actors (use callback=, called after each chunk)")
 
 
 def _check_loggers(run: RunConfig) -> None:
@@ -51,6 +59,7 @@ def resume(out_dir: str | Path, progress: bool | None = None, trust: Trust = NOT
     rundir, algo_name, algo_config, run = open_run_dir(out_dir, trust=trust)
     require_trusted(trust, rundir.path / "config.json", ray_address=run.ray_address,  # before any Ray is joined
                     uploads=run.wandb is not None and run.wandb_mode == "online")
+    _check_update_hook(run, kwargs)
     if progress is not None:
         run = dataclasses.replace(run, progress=progress)
     if rundir.finished:

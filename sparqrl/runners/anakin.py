@@ -61,9 +61,20 @@ def over_seeds(fn: Callable, in_axes: tuple = (0,)) -> Callable:
     return wrapped
 
 
-def chunk_program(algo_at: Callable[[HParams], Algorithm]) -> Callable[..., tuple[Any, dict[str, jax.Array]]]:
+def update_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    """One update's metrics as floats, its episode sums as metrics.csv names them (episode_return, NaN with no
+    episode; episodes): what `on_update` hooks are called with."""
+    out = {k: float(v) for k, v in metrics.items() if k not in (EPISODE_COUNT, EPISODE_RETURN_SUM)}
+    count = float(metrics[EPISODE_COUNT])
+    return {**out, "episode_return": float(metrics[EPISODE_RETURN_SUM]) / count if count else float("nan"),
+            "episodes": count}
+
+
+def chunk_program(algo_at: Callable[[HParams], Algorithm], on_update: Callable[[dict], Any] | None = None
+                  ) -> Callable[..., tuple[Any, dict[str, jax.Array]]]:
     """`(state [M], hparams [M], n) -> (state [M], metrics [M])`: n updates per member, metrics reduced on
-    device.
+    device. on_update: called on the host with each update's metrics (`update_metrics`) through an unordered
+    `jax.debug.callback` (under vmap, one call per member); None: the program has no host callback at all.
 
     Returns per member: episode_return (mean over episodes finished in the chunk, NaN if none),
     episodes (their count) and the mean of every other metric over the n updates.
@@ -77,6 +88,8 @@ def chunk_program(algo_at: Callable[[HParams], Algorithm]) -> Callable[..., tupl
         def body(carry):
             i, s, sums = carry
             s, metrics = algo.update(s)
+            if on_update is not None:
+                jax.debug.callback(lambda m: on_update(update_metrics(m)), metrics)
             return i + 1, s, jax.tree.map(jnp.add, sums, metrics)
 
         _, state, sums = jax.lax.while_loop(lambda c: c[0] < n, body, (jnp.zeros((), jnp.int32), state, zeros))
@@ -168,15 +181,19 @@ class AnakinDriver:
 
     def __init__(self, algo_at: Callable[[HParams], Algorithm], env: Env, run: RunConfig, describe: str,
                  hparams: dict[str, np.ndarray], sweep: Callable[..., dict] | None = None,
-                 settings: list[dict[str, float]] | None = None):
+                 settings: list[dict[str, float]] | None = None,
+                 on_update: Callable[[dict], Any] | None = None):
         """`hparams`: [members] per traced field, members a multiple of run.seeds (`member_hparams`);
         `sweep(rundir, final [members])` writes a sweep's own outputs and returns its summary fields;
-        `settings`: a sweep's, which name its members in messages."""
-        self.algo_at, self.env, self.run, self.sweep = algo_at, env, run, sweep
+        `settings`: a sweep's, which name its members in messages.
+        on_update: `chunk_program`'s (a program with it is never stored: a host callback cannot be)."""
+        self.algo_at, self.env, self.run, self.sweep, self.on_update = algo_at, env, run, sweep, on_update
         self.algo = algo_at({})  # at the config's own values: the static facts (update count, summary)
         # what the programs close over; a user's own env by its code too (None: a local object, never stored)
         self.env_key = program_key(run.env)
         self.describe = f"{describe} env={self.env_key} eval_episodes={run.eval_episodes}"
+        if on_update is not None:  # never the stored program without its callback
+            self.describe += " on_update"
         self.bounds = chunk_bounds(self.algo.num_updates, run.chunks)
         self.env_steps_per_update = self.algo.env_steps_per_update
         self.compile_time_s = 0.0
@@ -213,9 +230,9 @@ class AnakinDriver:
         start = time.perf_counter()
         self._init = self._build("init", init_program(self.algo_at), (SEEDS, SEEDS), SEEDS, self.keys, self.hparams,
                                  options=run_once_options(), on_compile=self._say_compiling)
-        self._chunk = self._build("chunk", chunk_program(self.algo_at), (SEEDS, SEEDS, REPLICATED), (SEEDS, SEEDS),
-                                  self._init.out_info, self.hparams, jax.device_put(jnp.int32(1), self.replicated),
-                                  on_compile=self._say_compiling)
+        self._chunk = self._build("chunk", chunk_program(self.algo_at, self.on_update), (SEEDS, SEEDS, REPLICATED),
+                                  (SEEDS, SEEDS), self._init.out_info, self.hparams,
+                                  jax.device_put(jnp.int32(1), self.replicated), on_compile=self._say_compiling)
         self.compile_time_s += time.perf_counter() - start
 
     def _build(self, name: str, fn: Callable, in_specs: tuple, out_specs: Any, *args: Any, options: Any = None,
@@ -300,24 +317,29 @@ def prepare(algo_name: str, algo_config: Any, run: RunConfig) -> tuple[Any, Any,
 
 
 def make_driver(algo_name: str, module: Any, algo_config: Any, env: Env, run: RunConfig,
-                settings: list[dict[str, float]] | None = None) -> AnakinDriver:
-    """The driver of a checked config; `settings` (a sweep's) x run.seeds members, else run.seeds."""
+                settings: list[dict[str, float]] | None = None, on_update: Callable[[dict], Any] | None = None
+                ) -> AnakinDriver:
+    """The driver of a checked config; `settings` (a sweep's) x run.seeds members, else run.seeds; on_update:
+    `chunk_program`'s."""
     sweep_outputs = None
     if settings is not None:
         sweep_outputs = functools.partial(sweep.write_outputs, algo_name=algo_name, algo_config=algo_config, run=run,
                                           settings=settings)
-    return AnakinDriver(algorithm_at(module, algo_config, env), env, run, static_describe(algo_name, algo_config),
-                        member_hparams(algo_config, settings, run.seeds), sweep_outputs, settings)
+    # a user's torso by its code too, keyed as a jax:MODULE:ATTR env's is: an edited torso is traced again
+    torsos = "".join(f" torso={program_key('jax:' + spec)}" for _, spec in algo_config.network_references())
+    return AnakinDriver(algorithm_at(module, algo_config, env), env, run,
+                        static_describe(algo_name, algo_config) + torsos,
+                        member_hparams(algo_config, settings, run.seeds), sweep_outputs, settings, on_update)
 
 
 def train(algo_name: str, algo_config: Any, run: RunConfig, *, settings: list[dict[str, float]] | None = None,
-          on_chunk: ChunkHook | None = None) -> dict:
+          on_chunk: ChunkHook | None = None, on_update: Callable[[dict], Any] | None = None) -> dict:
     """Train from scratch (every setting of a sweep x run.seeds); returns the summary (also written to
-    `run.out/summary.json`)."""
+    `run.out/summary.json`). on_update: `chunk_program`'s."""
     module, algo_config, env = prepare(algo_name, algo_config, run)
     if settings is not None:
         check_settings(algo_config, env, settings)
-    driver = make_driver(algo_name, module, algo_config, env, run, settings)
+    driver = make_driver(algo_name, module, algo_config, env, run, settings, on_update)
     check_memory(driver.abstract_state(), run)
     if run.preset not in ("auto", "none"):  # said once every check has passed
         notify(presets.describe(run.preset, algo_config, run.env))
@@ -326,10 +348,10 @@ def train(algo_name: str, algo_config: Any, run: RunConfig, *, settings: list[di
 
 
 def resume(rundir: RunDir, algo_name: str, algo_config: Any, run: RunConfig, *,
-           on_chunk: ChunkHook | None = None) -> dict:
+           on_chunk: ChunkHook | None = None, on_update: Callable[[dict], Any] | None = None) -> dict:
     """Continue the run in `rundir` from its newest intact checkpoint, with its saved configuration."""
     module, algo_config, env = prepare(algo_name, algo_config, run)
-    driver = make_driver(algo_name, module, algo_config, env, run, saved_sweep(rundir.path))
+    driver = make_driver(algo_name, module, algo_config, env, run, saved_sweep(rundir.path), on_update)
     return run_session(rundir, run, algo_name, driver, resuming=True, on_chunk=on_chunk)
 
 

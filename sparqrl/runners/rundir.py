@@ -263,7 +263,7 @@ def open_run_dir(path: str | Path, field: str = "resume", trust: Trust | None = 
     except (OSError, ValueError, KeyError, TypeError) as error:
         cfg.fail(field, str(path), f"holds a damaged {CONFIG} ({type(error).__name__}: {error})")
     if trust is not None:
-        require_trusted(trust, out / CONFIG, run.imports, run.env)
+        require_trusted(trust, out / CONFIG, run.imports, run.env, networks=algo_config.network_references())
         import_modules(run.imports)  # what the run imported before resolving its env, in this process too
     return RunDir(out, held[1]), data["algo"], algo_config, run
 

@@ -70,6 +70,7 @@ from sparqrl.config import fail, require
 from sparqrl.envs import Env, action_dim
 from sparqrl.envs.core import is_atari, is_host_env
 from sparqrl.nets.modules import QNetwork, torso_features
+from sparqrl.nets.torso import check_torsos
 from sparqrl.replay import frames, nstep, prioritized
 
 
@@ -274,7 +275,10 @@ def make_update(
 
 
 def _q_network(config: Config, env: Any) -> QNetwork:
-    return QNetwork(action_dim(env), tuple(env.observation_shape), tuple(config.hidden), config.activation)
+    """The Q-network for `env`; a user's torso (`config.network`) checked on shapes first."""
+    check_torsos(config, tuple(env.observation_shape), ("",))
+    return QNetwork(action_dim(env), tuple(env.observation_shape), tuple(config.hidden), config.activation,
+                    config.network)
 
 
 def _example_transition(observation_shape: tuple[int, ...]) -> Transition:
@@ -332,7 +336,7 @@ def make_acting(config: Config, spec: Any) -> Acting:
         greedy=greedy,
         to_env=lambda action: action,
         priority=priority if config.prioritized else None,
-        features=torso_features(tuple(spec.observation_shape), config.activation),
+        features=None if config.network else torso_features(tuple(spec.observation_shape), config.activation),
         evaluate=evaluate,
         noise=exploration_noise,
         explore_with=explore_with,

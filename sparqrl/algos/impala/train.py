@@ -30,6 +30,7 @@ from sparqrl.algos.base import (
 from sparqrl.algos.impala.config import Config
 from sparqrl.envs import Env, action_dim, is_discrete
 from sparqrl.nets import ActorCritic
+from sparqrl.nets.torso import check_torsos
 from sparqrl.returns import vtrace
 
 
@@ -65,8 +66,10 @@ def make_actor_learner(config: Config, env: Any) -> ActorLearner:
     if not has_tracers(config):
         config = config.validate(env)
     obs_shape = tuple(env.observation_shape)
+    check_torsos(config, obs_shape, ("actor", "critic"))
     network = ActorCritic(action_dim=action_dim(env), discrete=is_discrete(env), obs_shape=obs_shape,
-                          hidden=tuple(config.hidden), activation=config.activation, torso=config.torso)
+                          hidden=tuple(config.hidden), activation=config.activation, torso=config.torso,
+                          actor_network=config.network_of("actor"), critic_network=config.network_of("critic"))
     learning_rate = optax.linear_schedule(config.lr, 0.0, config.num_updates) if config.anneal_lr else config.lr
     training = sparsify.learner_training(config, clipped_adam(learning_rate, config.max_grad_norm, eps=1e-5),
                                          config.num_updates)

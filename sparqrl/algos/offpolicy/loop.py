@@ -38,7 +38,8 @@ from sparqrl.algos.base import (
 )
 from sparqrl.algos.offpolicy.config import OffPolicyConfig
 from sparqrl.envs import action_dim
-from sparqrl.nets.modules import TwinCritic
+from sparqrl.nets.modules import HeadMLP, TorsoHead, TwinCritic
+from sparqrl.nets.torso import TORSO_NAMES, check_torsos
 from sparqrl.replay import dynamic, nstep
 
 
@@ -151,8 +152,10 @@ def sized_networks(
         return actor_at(hidden, num_actions, obs_ndim)
 
     def critic_at(hidden: tuple[int, ...]) -> TwinCritic:
-        return TwinCritic(hidden, config.activation, obs_ndim, critic_scheme)
+        return TwinCritic(hidden, config.activation, obs_ndim, critic_scheme, config.network_of("critic"),
+                          tuple(env.observation_shape))
 
+    check_torsos(config, tuple(env.observation_shape), ("actor", "critic"))
     hidden = tuple(config.hidden)
     if config.sparse != "tiny":
         return actor_of(hidden), critic_at(hidden)
@@ -215,9 +218,18 @@ def sparsity_report(
             "critic_sparsity": critic_training.measured_sparsity(critic_opt)}
 
 
+def acting_network(actor: Any, out: int, scheme: str) -> Any:
+    """What actors run of the actor (before its squashing): its Dense chain `HeadMLP` on flat observations, or
+    with a user's torso the torso and the chain (`TorsoHead`, the actor's own parameter names)."""
+    if actor.network is None:
+        return HeadMLP(actor.hidden, out, actor.activation, scheme)
+    return TorsoHead(actor.network, tuple(actor.obs_shape), tuple(actor.hidden), out, actor.activation, scheme)
+
+
 def head_params(actor_params: Any) -> Any:
-    """The parameters of the actor's Dense chain (its `HeadMLP`), the network actors run on flat observations."""
-    return {"params": actor_params["params"]["HeadMLP_0"]}
+    """The parameters of `acting_network` in the actor's: its `HeadMLP`'s, or all of them with a user's torso."""
+    params = actor_params["params"]
+    return {"params": params} if TORSO_NAMES[0] in params else {"params": params["HeadMLP_0"]}
 
 
 # ---- the loop ---------------------------------------------------------------------------------

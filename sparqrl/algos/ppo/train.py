@@ -36,6 +36,7 @@ from sparqrl.algos.ppo.objectives import (
 )
 from sparqrl.envs import Env, RunningStats, action_dim, is_discrete, normalize, running_stats_init, running_stats_update
 from sparqrl.nets import ActorCritic, cnn_kind
+from sparqrl.nets.torso import check_torsos
 
 
 class Batch(NamedTuple):
@@ -243,8 +244,10 @@ def make_actor_learner(config: Config, env: Any, meta_params: MetaParams | dict 
     if not has_tracers(config):
         config = config.validate(env)
     obs_shape = tuple(env.observation_shape)
+    check_torsos(config, obs_shape, ("actor", "critic"))
     network = ActorCritic(action_dim=action_dim(env), discrete=is_discrete(env), obs_shape=obs_shape,
-                          hidden=tuple(config.hidden), activation=config.activation, torso=config.torso)
+                          hidden=tuple(config.hidden), activation=config.activation, torso=config.torso,
+                          actor_network=config.network_of("actor"), critic_network=config.network_of("critic"))
     rule = ppo_rule(config, meta_params) if rule is None else rule
     training = rule.training
     learn_batch = make_learn_batch(config, network, sparse.transform(training), rule.loss,

@@ -35,7 +35,7 @@ from sparqrl.algos.sac.losses import (
 )
 from sparqrl.envs import action_dim
 from sparqrl.lockstep import lockstep_cond
-from sparqrl.nets.modules import HeadMLP, TwinCritic, flatten_obs
+from sparqrl.nets.modules import HeadMLP, TwinCritic, obs_features
 
 
 class SACAgent(NamedTuple):
@@ -66,10 +66,13 @@ class Actor(nn.Module):
     obs_ndim: int = 1
     log_std_min: float = -5.0
     log_std_max: float = 2.0
+    network: str | None = None  # a user's torso (`nets.torso`) before the MLP; None: the flattened obs
+    obs_shape: tuple[int, ...] = ()  # (with `network`)
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        out = HeadMLP(self.hidden, 2 * self.action_dim, self.activation, "orthogonal")(flatten_obs(obs, self.obs_ndim))
+        features = obs_features(obs, self.obs_ndim, self.network, self.obs_shape, 0)
+        out = HeadMLP(self.hidden, 2 * self.action_dim, self.activation, "orthogonal")(features)
         mean, raw_log_std = jnp.split(out, 2, axis=-1)
         return mean, bounded_log_std(raw_log_std, self.log_std_min, self.log_std_max)
 
@@ -83,7 +86,8 @@ def make_networks(config: Config, env: Any) -> Networks:
     """The actor and twin critic for `env`; tiny narrows them to the sparse networks' weight counts."""
 
     def actor_at(hidden: tuple[int, ...], num_actions: int, obs_ndim: int) -> Actor:
-        return Actor(num_actions, hidden, config.activation, obs_ndim, config.log_std_min, config.log_std_max)
+        return Actor(num_actions, hidden, config.activation, obs_ndim, config.log_std_min, config.log_std_max,
+                     config.network_of("actor"), tuple(env.observation_shape))
 
     return Networks(*loop.sized_networks(config, env, actor_at, "orthogonal"))
 
@@ -130,7 +134,7 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
 def policy_head(config: Config, actor: Actor) -> tuple[HeadMLP, Callable, Callable]:
     """(network, greedy, behaviour) for `loop.Agent`: actors run the actor's Dense chain (maybe quantized);
     its raw output [μ, unbounded log σ] is split here."""
-    network = HeadMLP(actor.hidden, 2 * actor.action_dim, actor.activation, "orthogonal")
+    network = loop.acting_network(actor, 2 * actor.action_dim, "orthogonal")
 
     def gaussian(raw: jax.Array) -> tuple[jax.Array, jax.Array]:
         mean, raw_log_std = jnp.split(raw, 2, axis=-1)

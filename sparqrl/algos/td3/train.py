@@ -29,7 +29,7 @@ from sparqrl.algos.offpolicy.loop import Transition
 from sparqrl.algos.td3.config import Config
 from sparqrl.algos.td3.losses import actor_loss, critic_loss, exploration_action, smoothed_target_action
 from sparqrl.lockstep import lockstep_cond
-from sparqrl.nets.modules import HeadMLP, TwinCritic, flatten_obs
+from sparqrl.nets.modules import HeadMLP, TwinCritic, obs_features
 
 
 class TD3Agent(NamedTuple):
@@ -53,10 +53,13 @@ class Actor(nn.Module):
     hidden: tuple[int, ...]
     activation: str = "relu"
     obs_ndim: int = 1
+    network: str | None = None  # a user's torso (`nets.torso`) before the MLP; None: the flattened obs
+    obs_shape: tuple[int, ...] = ()  # (with `network`)
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        return jnp.tanh(HeadMLP(self.hidden, self.action_dim, self.activation, "torch")(flatten_obs(obs, self.obs_ndim)))
+        features = obs_features(obs, self.obs_ndim, self.network, self.obs_shape, 0)
+        return jnp.tanh(HeadMLP(self.hidden, self.action_dim, self.activation, "torch")(features))
 
 
 class Networks(NamedTuple):
@@ -68,7 +71,8 @@ def make_networks(config: Config, env: Any) -> Networks:
     """The actor and twin critic for `env`; tiny narrows them to the sparse networks' weight counts."""
 
     def actor_at(hidden: tuple[int, ...], num_actions: int, obs_ndim: int) -> Actor:
-        return Actor(num_actions, hidden, config.activation, obs_ndim)
+        return Actor(num_actions, hidden, config.activation, obs_ndim, config.network_of("actor"),
+                     tuple(env.observation_shape))
 
     return Networks(*loop.sized_networks(config, env, actor_at, "torch"))
 
@@ -93,7 +97,7 @@ def make_agent(config: Config, env: Any) -> loop.Agent:
         return TD3Agent(actor, critic, actor, critic, actor_opt, critic_opt)  # targets start masked (quirk 13)
 
     # Actors run the actor's Dense chain (maybe quantized) and squash its output here: tanh(raw).
-    network = HeadMLP(nets.actor.hidden, nets.actor.action_dim, nets.actor.activation, "torch")
+    network = loop.acting_network(nets.actor, nets.actor.action_dim, "torch")
 
     def behaviour(raw: jax.Array, eps: jax.Array) -> tuple[jax.Array, jax.Array]:
         action = jnp.tanh(raw)
