@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sparqrl.algos import dqn, evaluate
+from conftest import train_as_users_do
+from sparqrl.algos import dqn
 from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM, make_train_fn
 from sparqrl.config import ConfigError
 from sparqrl.envs import make_env
@@ -279,19 +280,15 @@ def test_on_device_runs_the_one_learner_with_ape_x_parts_when_asked(cartpole):
 
 
 @pytest.mark.slow
-def test_dqn_learns_cartpole(cartpole):
-    """PureJaxRL's DQN defaults (500k env steps), 4 seeds vmapped; greedy evaluation, 10 episodes per seed."""
-    config = dqn.Config()
-    algo = dqn.make_algorithm(config, cartpole)
-    keys = jax.random.split(jax.random.key(0), 4)
-    states, metrics = jax.jit(jax.vmap(make_train_fn(algo)))(keys)
-    policy = jax.vmap(algo.policy)(states)
-    returns = jax.jit(jax.vmap(lambda p, k: evaluate(cartpole, algo.act, p, k, 10)))(
-        policy, jax.random.split(jax.random.key(1), 4)
-    )
-    per_seed = np.asarray(returns).mean(axis=1)
-    print("DQN CartPole-v1 greedy return per seed:", per_seed, "mean", per_seed.mean())
-    assert per_seed.mean() >= 400
+def test_dqn_learns_cartpole(tmp_path):
+    """PureJaxRL's DQN defaults (500k env steps) through `sparqrl train dqn --seeds 2` with the seeds spread over
+    2 CPU devices as the command spreads them: every seed's greedy return (10 episodes) >= 400.
+
+    Measured at fb5b048: 500.0 and 427.2 (the margin is thin: the default misses about 7 % of seeds, BENCHMARKS.md
+    "Defaults on every seed" and "DQN: n-step 2 over 96 seeds"; the same command gave 500 and 252 at 52d4478).
+    """
+    summary = train_as_users_do(tmp_path / "run", "dqn", "CartPole-v1")
+    assert min(summary["final_return_per_seed"]) >= 400.0, summary["final_return_per_seed"]
 
 
 def test_the_replay_is_never_larger_than_the_run_stores(cartpole):
