@@ -103,16 +103,22 @@ def test_rmsprop_is_tf1s_eps_inside_the_root_from_ones():
         np.testing.assert_allclose(np.asarray(params[k]), expected[k], rtol=1e-5)
 
 
-def test_one_update_is_one_gradient_step_on_the_whole_fragment():
+def test_one_fragment_is_one_gradient_step():
+    """The learner both runners drive takes a fragment [T = num_steps, N = num_envs] (here as a host actor sends
+    it: no values) in one step: every parameter moves once, and A2C's metrics have no ratio terms."""
     env = make_env("CartPole-v1")
-    config = a2c.Config(num_envs=4, num_steps=5, total_timesteps=40)
-    algo = a2c.make_algorithm(config, env)
-    state = algo.init(jax.random.PRNGKey(0))
-    after, metrics = jax.jit(algo.update)(state)
-    assert int(after.learner.gradient_steps) == 1 and int(after.learner.env_steps) == 20
-    assert {"policy_loss", "value_loss", "entropy", "total_loss"} <= set(metrics)
-    assert "clip_frac" not in metrics and "approx_kl" not in metrics  # no ratio in A2C's loss
-    moved = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), state.learner.params, after.learner.params)
+    T, N = 5, 4
+    al = a2c.make_actor_learner(a2c.Config(num_envs=N, num_steps=T, total_timesteps=40), env)
+    rng = np.random.default_rng(0)
+    obs, next_obs = rng.normal(size=(2, T, N, 4)).astype(np.float32)
+    steps = Step(obs, rng.integers(0, 2, size=(T, N)).astype(np.int32), np.ones((T, N), np.float32), next_obs,
+                 rng.random((T, N)) < 0.1, np.zeros((T, N), bool), np.full((T, N), -0.69, np.float32),
+                 np.ones((T, N), np.float32))
+    learner = al.init(jax.random.PRNGKey(0))
+    after, metrics = jax.jit(al.learn)(learner, steps)
+    assert int(after.gradient_steps) == 1 and int(after.env_steps) == T * N
+    assert set(metrics) == {"policy_loss", "value_loss", "entropy", "total_loss"}  # no ratio: no clip_frac, approx_kl
+    moved = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), learner.params, after.params)
     assert all(jax.tree.leaves(moved))
 
 
