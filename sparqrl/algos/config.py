@@ -187,7 +187,7 @@ class AdamConfig(AlgoConfig):
     """An algorithm whose networks learn with one Adam (DQN, PPO, IMPALA)."""
 
     lr: float = 2.5e-4
-    """Adam learning rate (the start value when anneal_lr is on)."""
+    """Learning rate of the optimizer, Adam (A2C: its `optimizer`) (the start value when anneal_lr is on)."""
 
     anneal_lr: bool = True
     """Decay the learning rate linearly to 0 over the run's gradient steps."""
@@ -213,7 +213,7 @@ class ActorCriticConfig(AdamConfig):
     """Weight of the value loss in the loss."""
 
     max_grad_norm: float = 0.5
-    """Gradients are clipped to this global norm before Adam."""
+    """Gradients are clipped to this global norm before the optimizer step."""
 
     activation: Activation = "tanh"
     torso: Torso = "auto"

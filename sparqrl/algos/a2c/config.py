@@ -1,7 +1,7 @@
 """A2C configuration. Defaults: OpenAI Baselines' A2C (5-step fragments, RMSProp alpha 0.99 eps 1e-5 at 7e-4
 annealed linearly to 0, value coefficient 0.5 of its mean squared error, which is vf_coef 1 of the library's
-½·(V - R)², gradient clip 0.5) with the SB3 zoo's CartPole layout (8 envs, no entropy bonus); measured on CartPole-v1 in BENCHMARKS.md, "A2C (issue 36,
-item 1)"."""
+½·(V - R)², gradient clip 0.5) with the SB3 zoo's CartPole layout (8 envs, no entropy bonus): they are the
+CartPole-v1 setting, measured in BENCHMARKS.md, "A2C (issue 36, item 1)"."""
 
 from __future__ import annotations
 
