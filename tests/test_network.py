@@ -172,3 +172,11 @@ def test_without_a_hook_the_program_has_no_host_callback():
 
     assert "callback" not in program(None)
     assert "debug_callback" in program(lambda metrics: None)
+
+
+def test_export_refuses_a_run_of_a_torso_of_its_own(ppo_run):
+    from sparqrl.export.policy import load_policy
+
+    with pytest.raises(ConfigError, match=r"cannot be exported: it runs your own torso \(actor_network=own_torsos:Small, "
+                                          r"critic_network=own_torsos:wide\)"):
+        load_policy(ppo_run[0].path, 0, trust_imports=True)

@@ -150,7 +150,8 @@ def describe(algo: str, config: Any, obs_shape: tuple[int, ...], action_space: A
     get_algorithm(algo)  # an unregistered name: one-line ConfigError listing the registered ones
     obs_shape = tuple(int(d) for d in obs_shape)
     what = f"{algo} policy"
-    own = ", ".join(f"{field}={spec}" for field, spec in config.network_references())
+    torsos = config.network_references() if config is not None else ()
+    own = ", ".join(f"{field}={spec}" for field, spec in torsos)
     if own:  # (its parameters would otherwise be read as a built-in layout's)
         unexportable(what, f"it runs your own torso ({own}), which the exporter cannot write; it writes the "
                            "built-in MLP and MinAtar policies")
