@@ -158,11 +158,13 @@ def test_the_host_learner_bootstraps_a_time_limit_from_the_final_observation(tmp
 
 
 def test_host_envs_start_from_the_impala_host_preset():
-    """On the actor-learner runner V-trace's importance weights are left unclipped in practice (rho_bar 10; BENCHMARKS.md
-    'impala-host: the collapse'); JAX envs (lag 0, weights 1) keep the defaults, Atari its paper's settings."""
+    """On the actor-learner runner V-trace's importance weights are left unclipped in practice (rho_bar 10;
+    BENCHMARKS.md 'impala-host: the collapse'); JAX envs (lag 0, weights 1) keep the defaults, Atari its paper's
+    settings."""
     run, config = cli._parse_with_preset("impala", ["--env", "gym:CartPole-v1"])
     assert run.preset == "impala-host" and config == impala.Config(rho_bar=10.0)
     assert presets.find("impala", "gym:Acrobot-v1").name == "impala-host"
-    assert presets.find("impala", "CartPole-v1") is None and presets.find("impala", "gym:ALE/Pong-v5").name == "impala-atari"
+    assert presets.find("impala", "CartPole-v1") is None
+    assert presets.find("impala", "gym:ALE/Pong-v5").name == "impala-atari"
     _, config = cli._parse_with_preset("impala", ["--env", "gym:CartPole-v1", "--set", "rho_bar=1"])
     assert config.rho_bar == 1.0  # the user's value wins

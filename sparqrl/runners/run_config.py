@@ -47,9 +47,9 @@ class RunConfig:
     too."""
     preset: str = "auto"
     """Tuned hyperparameters for the environment (`sparqrl.presets`: ppo-minatar for *-MinAtar, ppo-brax for
-    brax:NAME, ppo-pendulum for Pendulum-v1, ppo-atari, impala-atari and dqn-atari for gym:ALE/NAME): auto, the
-    environment's preset for the algorithm where there is one; none, the algorithm's defaults; or a preset's name.
-    Fields you set win over it. A run records the one it used (auto resolved)."""
+    brax:NAME, ppo-pendulum for Pendulum-v1, ppo-atari, impala-atari and dqn-atari for gym:ALE/NAME, impala-host
+    for other gym:NAME): auto, the environment's preset for the algorithm where there is one; none, the algorithm's
+    defaults; or a preset's name. Fields you set win over it. A run records the one it used (auto resolved)."""
     seeds: int = 1
     """Independent seeds trained at once in one vmapped program (sharded over devices)."""
     seed: int = 0
