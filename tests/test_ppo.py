@@ -5,14 +5,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 
-import distrax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from sparqrl.algos import base, ppo
-from sparqrl.algos.actor_critic import sample_with_noise, sampling_noise
+from sparqrl.nets.distributions import categorical, diag_gaussian, sampling_noise
 from sparqrl.config import ConfigError
 from sparqrl.envs import make_env, normalize
 from conftest import train_and_evaluate, train_as_users_do
@@ -217,7 +216,7 @@ def test_sampling_from_noise_drawn_ahead_follows_the_distribution():
     frequencies (NumPy reference), the Gaussian's draw is loc + scale * a standard normal."""
     logits = np.array([[0.5, -1.0, 2.0], [0.0, 0.0, -3.0]], np.float32)
     noise = sampling_noise(jax.random.PRNGKey(0), (100_000, 2, 3), discrete=True)
-    actions = np.asarray(sample_with_noise(distrax.Categorical(logits=jnp.asarray(logits)), noise))
+    actions = np.asarray(categorical(jnp.asarray(logits)).sample_with_noise(noise))
     assert actions.shape == (100_000, 2) and actions.dtype == np.int32
     probs = np.exp(logits - logits.max(axis=1, keepdims=True))
     probs /= probs.sum(axis=1, keepdims=True)
@@ -225,7 +224,7 @@ def test_sampling_from_noise_drawn_ahead_follows_the_distribution():
         np.testing.assert_allclose(np.bincount(actions[:, row], minlength=3) / len(actions), probs[row], atol=0.008)
     loc, scale = np.array([0.3, -2.0], np.float32), np.array([0.5, 2.0], np.float32)
     noise = np.asarray(sampling_noise(jax.random.PRNGKey(1), (100_000, 2), discrete=False))
-    draws = np.asarray(sample_with_noise(distrax.MultivariateNormalDiag(jnp.asarray(loc), jnp.asarray(scale)), noise))
+    draws = np.asarray(diag_gaussian(jnp.asarray(loc), jnp.asarray(scale)).sample_with_noise(noise))
     np.testing.assert_allclose(draws, loc + scale * noise, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(noise.mean(axis=0), 0.0, atol=0.015)
     np.testing.assert_allclose(noise.std(axis=0), 1.0, atol=0.015)

@@ -1,5 +1,6 @@
-"""SAC: squashed-Gaussian math and losses against NumPy, config checks, the training loop (n-step switch,
-paper-rule dynamic buffer, mean-action behaviour), determinism, a Brax smoke run, and Pendulum learning."""
+"""SAC: losses against NumPy (its squashed Gaussian: test_distributions.py), config checks, the training loop
+(n-step switch, paper-rule dynamic buffer, mean-action behaviour), determinism, a Brax smoke run, and Pendulum
+learning."""
 
 from __future__ import annotations
 
@@ -19,33 +20,6 @@ from sparqrl.envs import host_spec, make_env
 from conftest import train_as_users_do
 
 # ---- math against NumPy ----------------------------------------------------------------------
-
-
-def _np_log_prob(u, mean, log_std):
-    """log N(u; mean, σ²) − log(1 − tanh(u)²), summed over the last axis, in float64."""
-    u, mean, log_std = (np.asarray(x, np.float64) for x in (u, mean, log_std))
-    total = np.zeros(u.shape[:-1])
-    for idx in np.ndindex(u.shape):
-        std = np.exp(log_std[idx])
-        gauss = -0.5 * ((u[idx] - mean[idx]) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi)
-        total[idx[:-1]] += gauss - np.log(1.0 - np.tanh(u[idx]) ** 2)
-    return total
-
-
-def test_squashed_gaussian_sample_and_log_prob_match_numpy():
-    rng = np.random.default_rng(0)
-    mean = rng.normal(size=(3, 50, 2)).astype(np.float32)
-    log_std = rng.uniform(-3, 1, (3, 50, 2)).astype(np.float32)
-    keys = jax.random.split(jax.random.key(0), 3)
-    action, log_prob = jax.jit(jax.vmap(sac.sample_squashed_gaussian))(keys, mean, log_std)
-    for i in range(3):
-        u = mean[i] + np.exp(log_std[i]) * np.asarray(jax.random.normal(keys[i], mean[i].shape))
-        np.testing.assert_allclose(np.asarray(action[i]), np.tanh(u), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(np.asarray(log_prob[i]), _np_log_prob(u, mean[i], log_std[i]), rtol=1e-4, atol=1e-4)
-    # Stable far in the tails, where 1 − tanh(u)² underflows in float32.
-    lp = sac.squashed_gaussian_log_prob(jnp.array([[30.0]]), jnp.array([[30.0]]), jnp.array([[0.0]]))
-    want = -0.5 * np.log(2 * np.pi) - 2 * (np.log(2) - 30)  # log(1 − tanh(u)²) ≈ 2(log 2 − u) for large u
-    assert np.isfinite(float(lp[0])) and float(lp[0]) == pytest.approx(want, rel=1e-4)
 
 
 def test_bounded_log_std_matches_numpy():

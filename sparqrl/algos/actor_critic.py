@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import distrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +18,7 @@ import numpy as np
 from sparqrl.algos.base import Acting, keyed
 from sparqrl.envs import RunningStats, normalize
 from sparqrl.nets import ActorBranch, ActorCritic, actor_branch_params, torso_features
+from sparqrl.nets.distributions import Categorical, DiagGaussian, categorical, diag_gaussian, sampling_noise
 
 
 class PolicyParams(NamedTuple):
@@ -28,29 +28,12 @@ class PolicyParams(NamedTuple):
     obs_stats: RunningStats | None
 
 
-def distribution(raw: jax.Array, log_std: jax.Array | None) -> distrax.Distribution:
+def distribution(raw: jax.Array, log_std: jax.Array | None) -> Categorical | DiagGaussian:
     """The policy's distribution from the actor half's output: categorical over logits (log_std None), or
     a diagonal Gaussian with state-independent log-std, as `ActorCritic` builds it."""
     if log_std is None:
-        return distrax.Categorical(logits=raw)
-    return distrax.MultivariateNormalDiag(raw, jnp.exp(log_std) * jnp.ones_like(raw))
-
-
-def sampling_noise(key: jax.Array, shape: tuple[int, ...], discrete: bool) -> jax.Array:
-    """Noise for `sample_with_noise` [..., action_dim]: standard Gumbel for a categorical, standard normal for
-    a Gaussian (`Acting.noise`). `base.on_device` draws a whole fragment's at once: one random-number program
-    per update instead of one per step (with the env keys split alike, ~5 % faster for PPO on CartPole;
-    BENCHMARKS.md, "one draw per update"). Drawn for one step, it is the noise `dist.sample(seed=key)` uses."""
-    return jax.random.gumbel(key, shape) if discrete else jax.random.normal(key, shape)
-
-
-def sample_with_noise(dist: distrax.Distribution, noise: jax.Array) -> jax.Array:
-    """A draw of `dist` (a `distribution`) made from `sampling_noise`: argmax(logits + Gumbel noise) for a
-    categorical (the Gumbel-max trick: distributed as softmax(logits), as `Categorical.sample`), loc +
-    scale * noise for a diagonal Gaussian."""
-    if isinstance(dist, distrax.Categorical):
-        return jnp.argmax(dist.logits + noise, axis=-1).astype(jnp.int32)
-    return dist.loc + dist.scale_diag * noise
+        return categorical(raw)
+    return diag_gaussian(raw, jnp.exp(log_std) * jnp.ones_like(raw))
 
 
 def make_acting(network: ActorCritic, spec: Any, normalize_obs: bool, return_gamma: float | None,
@@ -78,7 +61,7 @@ def make_acting(network: ActorCritic, spec: Any, normalize_obs: bool, return_gam
                      aux: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
         del env_steps, slots, total_slots  # every env samples alike, from the start
         dist = distribution(raw, aux.get("log_std"))
-        action = sample_with_noise(dist, noise)
+        action = dist.sample_with_noise(noise)
         return action, dist.log_prob(action)
 
     def value(policy_params: PolicyParams, x: jax.Array) -> jax.Array:

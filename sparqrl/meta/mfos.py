@@ -33,7 +33,6 @@ import dataclasses
 import functools
 from typing import Any, Callable, NamedTuple
 
-import distrax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -45,6 +44,7 @@ from sparqrl.algos.ppo import losses
 from sparqrl.envs import matrix
 from sparqrl.meta.strategies import GenerationOutput, TellMetrics
 from sparqrl.meta.tasks import MetaTask
+from sparqrl.nets.distributions import DiagGaussian, diag_gaussian
 
 TRAINERS = ("es", "ppo")
 SELF = "self"
@@ -306,13 +306,13 @@ def make_task(config: MfosConfig) -> MetaTask:
 # --------------------------------------------------------------------------------------------------
 
 
-def gaussian(config: MfosConfig, out: jax.Array) -> distrax.Distribution:
+def gaussian(config: MfosConfig, out: jax.Array) -> DiagGaussian:
     """The meta-policy's diagonal Gaussian from the actor's [.., 2A] output."""
     mean, raw = jnp.split(out, 2, axis=-1)
     scale = jax.nn.softplus(raw)
     if config.variance == "softplus":
         scale = jnp.sqrt(scale)  # softplus(raw) is the variance
-    return distrax.MultivariateNormalDiag(mean, jnp.maximum(scale, 1e-6))
+    return diag_gaussian(mean, jnp.maximum(scale, 1e-6))
 
 
 def monte_carlo_returns(rewards: jax.Array, gamma: float) -> jax.Array:
@@ -394,7 +394,7 @@ class PPOTrainer:
 
         def policy(obs: jax.Array, k: jax.Array) -> tuple[jax.Array, jax.Array]:
             dist = gaussian(self.config, actor.apply(actor_params, obs))
-            action = dist.sample(seed=k)
+            action = dist.sample(k)
             return action, dist.log_prob(action)
 
         return policy

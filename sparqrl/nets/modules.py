@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Callable, ClassVar, NamedTuple, Sequence
 
-import distrax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from sparqrl.nets.activations import ACTIVATIONS
+from sparqrl.nets.distributions import Categorical, DiagGaussian, categorical, diag_gaussian
 from sparqrl.nets.torso import TORSO_NAMES, UserTorso
 
 
@@ -296,14 +296,14 @@ class ActorCritic(nn.Module):
     critic_network: str | None = None  # the critic's, alike
 
     @nn.compact
-    def __call__(self, obs: jax.Array) -> tuple[distrax.Distribution, jax.Array]:
+    def __call__(self, obs: jax.Array) -> tuple[Categorical | DiagGaussian, jax.Array]:
         actor = network_torso(self.obs_shape, self.hidden, self.activation, self.torso, self.actor_network, 0)(obs)
         out = dense(self.action_dim, gain=0.01)(actor)
         if self.discrete:
-            dist = distrax.Categorical(logits=out)
+            dist = categorical(out)
         else:
             log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
-            dist = distrax.MultivariateNormalDiag(out, jnp.exp(log_std) * jnp.ones_like(out))
+            dist = diag_gaussian(out, jnp.exp(log_std) * jnp.ones_like(out))
         critic = network_torso(self.obs_shape, self.hidden, self.activation, self.torso, self.critic_network, 1)(obs)
         value = dense(1, gain=1.0)(critic)[..., 0]
         return dist, value

@@ -40,7 +40,7 @@ FORMAT = 2
 """Bump when what a stored entry holds changes."""
 
 # the libraries whose code is traced into a program (besides sparqrl's own source, hashed file by file)
-TRACED_LIBRARIES = ("jax", "jaxlib", "flax", "optax", "chex", "distrax", "gymnax", "brax", "mujoco-mjx", "numpy")
+TRACED_LIBRARIES = ("jax", "jaxlib", "flax", "optax", "chex", "gymnax", "brax", "mujoco-mjx", "numpy")
 
 
 class Program:

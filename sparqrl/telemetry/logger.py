@@ -8,11 +8,11 @@ from __future__ import annotations
 import csv
 import io
 import math
+import sys
 from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
-from tensorboardX import SummaryWriter
 
 from sparqrl.runfiles import open_nofollow, write_atomic
 
@@ -41,19 +41,40 @@ class ScalarWriter(Protocol):
 
 
 class TensorBoardWriter:
-    """The TensorBoard event file in `folder`; `purge_step`: events from this step on (written before an
+    """The TensorBoard event file in `folder`, made at the first scalars (a run that fails its checks, or
+    `--help`, never imports tensorboardX); `purge_step`: events from this step on (written before an
     interruption) are dropped."""
 
     def __init__(self, folder: Path, purge_step: int | None = None):
-        self._tb = SummaryWriter(str(folder), purge_step=purge_step)
+        self._folder, self._purge_step = folder, purge_step
+        self._tb = None
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
+        if self._tb is None:
+            self._tb = summary_writer_class()(str(self._folder), purge_step=self._purge_step)
         for tag, value in values.items():
             self._tb.add_scalar(tag, value, step)
         self._tb.flush()
 
     def close(self) -> None:
-        self._tb.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def summary_writer_class() -> type:
+    """tensorboardX's SummaryWriter, imported with torch hidden: tensorboardX imports torch wherever it is
+    installed (4.4 s on a GPU machine, issue 33) only to accept torch tensors, and sparqrl hands it floats.
+    A `None` in sys.modules makes `import torch` raise ImportError, which tensorboardX catches; it is removed
+    again at once, so the user's own code can still import torch."""
+    hide = "torch" not in sys.modules
+    if hide:
+        sys.modules["torch"] = None
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        if hide and sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+    return SummaryWriter
 
 
 def chunk_scalars(per_seed: dict[str, np.ndarray]) -> dict[str, float]:

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from sparqrl.algos.offpolicy.loop import Transition
 from sparqrl.algos.sac.config import Config
-from sparqrl.algos.sac.losses import (
-    actor_loss, bounded_log_std, critic_loss, sample_squashed_gaussian, squashed_gaussian_log_prob,
-    temperature_loss,
-)
+from sparqrl.algos.sac.losses import actor_loss, bounded_log_std, critic_loss, temperature_loss
 from sparqrl.algos.sac.train import (
     Actor, Networks, SACAgent, TwinCritic, make_agent, make_algorithm, make_networks, make_actor_learner, make_train,
 )
@@ -16,5 +13,5 @@ from sparqrl.algos.sac.train import (
 __all__ = [
     "Actor", "Config", "Networks", "SACAgent", "Transition", "TwinCritic", "actor_loss", "bounded_log_std",
     "critic_loss", "make_agent", "make_algorithm", "make_networks", "make_actor_learner", "make_train",
-    "sample_squashed_gaussian", "squashed_gaussian_log_prob", "temperature_loss",
+    "temperature_loss",
 ]

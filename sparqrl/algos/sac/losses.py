@@ -1,49 +1,20 @@
-"""SAC's squashed Gaussian policy and its losses as small pure functions (Haarnoja et al. 2018, with
-automatic entropy tuning; RLx2 `rlx2.md` §4.5, §6).
+"""SAC's losses as small pure functions (Haarnoja et al. 2018, with automatic entropy tuning; RLx2
+`rlx2.md` §4.5, §6).
 
-Actions live in the normalised box [-1, 1]^|A|: a = tanh(u), u ~ N(μ, σ²), so log π(a|s) is the
-Gaussian log-density of u minus Σ log(1 − tanh(u)²) (change of variables), computed as
-2·(log 2 − u − softplus(−2u)) for numerical stability. `train.py` maps actions to the env's [low, high].
-The multi-step soft target is `sparqrl.returns.nstep_soft_q_target`.
+Actions live in the normalised box [-1, 1]^|A|: a = tanh(u), u ~ N(μ, σ²), the policy
+`sparqrl.nets.distributions.TanhGaussian` (its log π(a|s) with the change-of-variables term); `train.py` maps
+actions to the env's [low, high]. The multi-step soft target is `sparqrl.returns.nstep_soft_q_target`.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-
-_LOG_SQRT_2PI = 0.5 * float(np.log(2.0 * np.pi))
 
 
 def bounded_log_std(raw: jax.Array, log_std_min: float, log_std_max: float) -> jax.Array:
     """log σ = min + ½(max − min)(tanh(raw) + 1) ∈ (min, max), the soft bound of pytorch_sac / RLx2."""
     return log_std_min + 0.5 * (log_std_max - log_std_min) * (jnp.tanh(raw) + 1.0)
-
-
-def tanh_log_det_jacobian(pre_tanh: jax.Array) -> jax.Array:
-    """log(1 − tanh(u)²) elementwise, = 2·(log 2 − u − softplus(−2u))."""
-    return 2.0 * (jnp.log(2.0) - pre_tanh - jax.nn.softplus(-2.0 * pre_tanh))
-
-
-def squashed_gaussian_log_prob(pre_tanh: jax.Array, mean: jax.Array, log_std: jax.Array) -> jax.Array:
-    """log π(tanh(u)) [...] for pre-tanh samples u [..., |A|] of N(mean, exp(log_std)²), summed over |A|."""
-    z = (pre_tanh - mean) * jnp.exp(-log_std)
-    gaussian = -0.5 * jnp.square(z) - log_std - _LOG_SQRT_2PI
-    return jnp.sum(gaussian - tanh_log_det_jacobian(pre_tanh), axis=-1)
-
-
-def sample_squashed_gaussian(
-    key: jax.Array, mean: jax.Array, log_std: jax.Array
-) -> tuple[jax.Array, jax.Array]:
-    """(a [..., |A|], log π(a|s) [...]): a reparameterised sample a = tanh(mean + σ·ε), ε ~ N(0, I)."""
-    return squashed_gaussian(jax.random.normal(key, mean.shape), mean, log_std)
-
-
-def squashed_gaussian(eps: jax.Array, mean: jax.Array, log_std: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """`sample_squashed_gaussian` from ε [..., |A|] drawn ahead (an actor's exploration noise)."""
-    pre_tanh = mean + jnp.exp(log_std) * eps
-    return jnp.tanh(pre_tanh), squashed_gaussian_log_prob(pre_tanh, mean, log_std)
 
 
 def critic_loss(q1: jax.Array, q2: jax.Array, target: jax.Array) -> jax.Array:

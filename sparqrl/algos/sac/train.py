@@ -30,11 +30,10 @@ from sparqrl.algos import replay_learner
 from sparqrl.algos.offpolicy import loop
 from sparqrl.algos.offpolicy.loop import Transition
 from sparqrl.algos.sac.config import Config
-from sparqrl.algos.sac.losses import (
-    actor_loss, bounded_log_std, critic_loss, sample_squashed_gaussian, squashed_gaussian, temperature_loss,
-)
+from sparqrl.algos.sac.losses import actor_loss, bounded_log_std, critic_loss, temperature_loss
 from sparqrl.envs import action_dim
 from sparqrl.lockstep import lockstep_cond
+from sparqrl.nets.distributions import TanhGaussian
 from sparqrl.nets.modules import HeadMLP, TwinCritic, obs_features
 
 
@@ -141,13 +140,13 @@ def policy_head(config: Config, actor: Actor) -> tuple[HeadMLP, Callable, Callab
         return mean, bounded_log_std(raw_log_std, config.log_std_min, config.log_std_max)
 
     def greedy(raw: jax.Array) -> jax.Array:
-        return jnp.tanh(gaussian(raw)[0])
+        return TanhGaussian(*gaussian(raw)).mode()
 
     def behaviour(raw: jax.Array, eps: jax.Array) -> tuple[jax.Array, jax.Array]:
-        mean, log_std = gaussian(raw)
-        policy_mean = jnp.tanh(mean)
+        policy = TanhGaussian(*gaussian(raw))
+        policy_mean = policy.mode()
         if config.behaviour == "sample":
-            return squashed_gaussian(eps, mean, log_std)[0], policy_mean
+            return policy.sample_with_noise(eps)[0], policy_mean
         return policy_mean, policy_mean
 
     return network, greedy, behaviour
@@ -166,7 +165,7 @@ def soft_target(nets: Networks, agent: SACAgent, batch: Transition, terms: retur
     """The n-step soft target [B]: fresh samples of the current policy at every next state of the window
     [B, n] (their log π enter the entropy terms); the bootstrap uses the one at s'_m."""
     mean, log_std = nets.actor.apply(agent.actor, batch.next_obs)
-    next_action, next_log_prob = sample_squashed_gaussian(key, mean, log_std)
+    next_action, next_log_prob = TanhGaussian(mean, log_std).sample(key)
     boot_obs = returns.at_index(batch.next_obs, terms.boot_index)
     boot_action = returns.at_index(next_action, terms.boot_index)
     q1_t, q2_t = nets.critic.apply(agent.critic_target, boot_obs, boot_action)
@@ -185,7 +184,7 @@ def make_actor_step(
     def actor_objective(params: Any, critic: Any, obs: jax.Array, key: jax.Array, alpha: jax.Array) -> tuple:
         """(mean(α log π(a|s) − min Q(s, a)), log π) with a ~ π(·|s) drawn with `key`."""
         mean, log_std = nets.actor.apply(params, obs)
-        new_action, log_prob = sample_squashed_gaussian(key, mean, log_std)
+        new_action, log_prob = TanhGaussian(mean, log_std).sample(key)
         q1, q2 = nets.critic.apply(critic, obs, new_action)
         return actor_loss(alpha, log_prob, jnp.minimum(q1, q2)), log_prob
 
