@@ -331,7 +331,7 @@ def network_cases():
         "dqn_relu": (QNetwork(5, (OBS_DIM,), HIDDEN, "relu"), None, lambda m, v, x: m.apply(v, x)),
         "head_tanh": (HeadMLP(HIDDEN, 6, "tanh", "orthogonal"), None, lambda m, v, x: m.apply(v, x)),
         "head_relu": (HeadMLP(HIDDEN, 3, "relu", "torch"), None, lambda m, v, x: m.apply(v, x)),
-        "ppo_actor": (ac, ppo_actor, lambda m, v, x: m.apply(v, x)[0].mean()),
+        "ppo_actor": (ac, ppo_actor, lambda m, v, x: m.apply(v, x)[0].mode()),  # the Gaussian's mean
     }
 
 
