@@ -30,3 +30,15 @@ def test_meta_says_its_final_evaluation_starts(capsys, tmp_path):
     meta_run.train_meta(config)
     lines = capsys.readouterr().err.splitlines()
     assert "sparqrl: final evaluation of the evolved centre (mfos): compiling and running it" in lines
+
+
+def test_the_host_runner_says_its_learner_compiles(capsys, tmp_path):
+    """The actor-learner runner compiles its learner at the start and at the first fragment (a CNN's: tens of
+    seconds on a CPU): one line before, none with progress off."""
+    host = dict(steps=300, seeds=1, energy=False, learning_starts=100, batch_size=16, hidden=(8,), fragment_steps=4,
+                chunks=1, eval_episodes=1)
+    for progress in (False, True):
+        sparqrl.train("dqn", "gym:CartPole-v1", out=tmp_path / f"host-{progress}", progress=progress, **host)
+        lines = [line for line in capsys.readouterr().err.splitlines() if "compiling" in line]
+        assert lines == ([f"sparqrl: compiling the learner for gym:CartPole-v1 (later runs of this configuration load "
+                          "it from the compile cache)"] if progress else []), lines

@@ -44,13 +44,37 @@ def test_an_address_where_nothing_listens(capsys, tmp_path):
     assert not (tmp_path / "run").exists() and seconds < 30, seconds  # (ray.init waited over 2 minutes)
 
 
-def test_the_connect_is_bounded_and_a_listening_port_passes():
+def test_a_grpc_server_passes_and_a_port_that_speaks_no_grpc_is_refused_in_seconds(capsys, tmp_path):
+    """A gRPC server (as a Ray GCS is) passes; a socket that accepts and says nothing is no Ray cluster: refused
+    within the bound, through the command, before the run folder is written."""
+    from concurrent import futures
+
+    import grpc
+
+    host = services.resolve_ip_for_localhost("127.0.0.1")  # where Ray connects for 127.0.0.1
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port(f"{host}:0")
+    server.start()
+    try:
+        check_ray_address(f"127.0.0.1:{port}", timeout_s=5)
+    finally:
+        server.stop(None)
+    with socket.socket() as silent:
+        silent.bind((host, 0))
+        silent.listen(8)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        code, err, seconds = train_with(capsys, tmp_path, address)
+        assert "answers but not as gRPC within 5 s" in one_line(code, err)
+        assert not (tmp_path / "run").exists() and seconds < 30, seconds
+
+
+def test_the_connect_is_bounded():
     host = services.resolve_ip_for_localhost("127.0.0.1")  # where Ray connects for 127.0.0.1
     with socket.socket() as server:
         server.bind((host, 0))
         server.listen(0)
         address = f"127.0.0.1:{server.getsockname()[1]}"
-        check_ray_address(address, timeout_s=2)  # it answers: the rest is ray.init's
+        socket.create_connection(server.getsockname(), timeout=2).close()
         server.accept()[0].close()  # (that connection leaves the backlog)
         # one unaccepted connection fills the backlog of 0: a further connect is never answered
         with socket.create_connection(server.getsockname(), timeout=2):
@@ -63,7 +87,7 @@ def test_the_connect_is_bounded_and_a_listening_port_passes():
 
 
 def test_a_port_that_answers_but_is_no_cluster_is_one_line_too(monkeypatch):
-    """What `check_ray_address` lets through (a port that answers) and ray.init then refuses: no traceback."""
+    """What `check_ray_address` lets through (a port that speaks gRPC) and ray.init then refuses: no traceback."""
     import ray
 
     import sparqrl.runners.actors as actors

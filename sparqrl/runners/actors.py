@@ -432,7 +432,9 @@ def check_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) ->
     to its GCS port; `ray://HOST:PORT`: to its client server). "auto" is the cluster Ray itself would join
     (RAY_ADDRESS, then the newest `ray start` on this machine). Checked before the run folder is written:
     `ray.init` answers no cluster with a traceback, and an address where nothing listens only after minutes
-    (its GCS reconnect timeouts). A port that answers but is no Ray cluster is left to `ray.init`."""
+    (its GCS reconnect timeouts). A port that answers must then complete a gRPC (HTTP/2) handshake within the same
+    bound, as a Ray GCS and a Ray client server do: anything else listening there (a web server, a database, a
+    silent socket) is refused here, where `ray.init` would wait ~30 s after the folder was written."""
     import ray._private.services as services
 
     try:
@@ -455,6 +457,25 @@ def check_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) ->
         raise ConfigError(f"ray_address={address!r}: nothing answers at {target} within {timeout_s:g} s ({why}); "
                           "start the cluster (`ray start --head`) or give its GCS's address (HOST:6379 by default)"
                           ) from None
+    if not speaks_grpc(target, timeout_s):
+        raise ConfigError(f"ray_address={address!r}: {target} answers but not as gRPC within {timeout_s:g} s, so it is "
+                          "not a Ray cluster's GCS (or client server); give the address `ray start --head` printed "
+                          "(HOST:6379 by default)")
+
+
+def speaks_grpc(target: str, timeout_s: float) -> bool:
+    """Whether `target` (HOST:PORT) completes a gRPC channel's HTTP/2 handshake within `timeout_s`: a transport
+    check (no call, no credentials), which a Ray GCS or client server passes at once. grpc comes with Ray."""
+    import grpc
+
+    channel = grpc.insecure_channel(target)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout_s)
+        return True
+    except grpc.FutureTimeoutError:
+        return False
+    finally:
+        channel.close()
 
 
 @contextlib.contextmanager

@@ -211,6 +211,11 @@ class SebulbaDriver:
         return self.p.learner_shape
 
     def build(self) -> None:
+        if self.run.progress:  # the learner's programs compile now and at the first fragment (JAX's persistent
+            # cache, when on, makes a later run of this configuration load them instead)
+            notify(f"compiling the learner for {self.run.env} (later runs of this configuration load it from the "
+                   "compile cache)" if self.run.compile_cache else f"compiling the learner for {self.run.env} (the "
+                   "compile cache is off (--no-compile-cache): every run compiles)")
         start = time.perf_counter()
         self._keys = jax.random.split(jax.random.PRNGKey(self.run.seed), self.run.seeds)
         self._init = jax.jit(jax.vmap(self.al.init)).lower(self._keys).compile()
