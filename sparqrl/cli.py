@@ -43,6 +43,11 @@ commands:
                           train every setting x --seeds in ONE compiled program (traced hyperparameters);
                           writes sweep.csv, sweep.png, best.json besides a run's files; options as train's
   sweep --resume DIR      continue an interrupted sweep
+  pbt ALGO --fields F1,F2,... [--population N] [--interval UPDATES] [--range FIELD=LOW:HIGH] [options]
+                          population-based training in ONE compiled program: every --interval updates the
+                          bottom quarter copies the top quarter and perturbs its fields; writes pbt.csv,
+                          pbt.png and best/ (a run folder) besides a run's files; options as train's
+  pbt --resume DIR        continue an interrupted PBT run
   eval DIR [--episodes N] [--seed S] [--video OUT.mp4] [--import MODULE]
                           evaluate the saved policy of a run (deterministic episodes per seed); --video
                           records an episode of it
@@ -93,7 +98,23 @@ class SweepArgs(TrainArgs[C]):
     """How many settings --random draws."""
 
 
-ARGS = {"train": TrainArgs, "sweep": SweepArgs}
+@dataclasses.dataclass(frozen=True)
+class PbtArgs(TrainArgs[C]):
+    """Population-based training of ALGO (Jaderberg et al. 2017) in ONE compiled program; writes pbt.csv, pbt.png
+    and best/ (the best member as a run folder) besides a run's files."""
+
+    # `_pbt` takes these from argv before tyro parses the rest (their checks are `runners.pbt`'s)
+    fields: Annotated[str, tyro.conf.arg(metavar="F1,F2,...")] = ""
+    """The traced fields the population varies, e.g. lr,ent_coef."""
+    population: int = 8
+    """Members (>= 4): the bottom quarter copies the top quarter."""
+    interval: int | None = None
+    """Learner updates between exploit/explore steps (default: a tenth of the run)."""
+    range: Annotated[tuple[str, ...], tyro.conf.UseAppendAction, tyro.conf.arg(metavar="FIELD=LOW:HIGH")] = ()
+    """A field's range (default: value/10..value*10 within what the config allows)."""
+
+
+ARGS = {"train": TrainArgs, "sweep": SweepArgs, "pbt": PbtArgs}
 """The tyro-parsed commands and their arguments."""
 
 
@@ -412,6 +433,39 @@ def _sweep(argv: list[str]) -> int:
     return 0
 
 
+def _pbt(argv: list[str]) -> int:
+    from sparqrl import signals
+    from sparqrl.runners import pbt
+
+    if wants_help(argv):
+        print(algo_usage("pbt"))
+        return 0
+    argv = _take_verbose(argv)
+    if "--resume" in argv:
+        i = argv.index("--resume")
+        cfg.require(i + 1 < len(argv) and not argv[i + 1].startswith("-"), "--resume", "",
+                    "needs the output folder of a PBT run")
+        allowed, rest = _take(argv[:i] + argv[i + 2:], "--import", repeat=True)
+        cfg.require(not rest, "--resume", " ".join(rest), "a PBT run goes on with its saved settings: "
+                    "sparqrl pbt --resume DIR [--import MODULE] takes no other flags")
+        summary = pbt.resume(argv[i + 1], trust=named(tuple(allowed)))
+    else:
+        algo_name, rest = _algo(argv)
+        fields, rest = _take(rest, "--fields")
+        population, rest = _take(rest, "--population")
+        interval, rest = _take(rest, "--interval")
+        ranges, rest = _take(rest, "--range", repeat=True)
+        run, config = _parse_with_preset(algo_name, rest, "pbt")
+        cfg.require(bool(fields), "--fields", "", "is needed: the traced fields the population varies, e.g. lr,ent_coef")
+        if signals.requested():
+            raise KeyboardInterrupt
+        summary = pbt.train(algo_name, config, run, fields=fields[0], ranges=ranges,
+                            population=_positive_int("--population", population[0]) if population else pbt.DEFAULT_POPULATION,
+                            interval=_positive_int("--interval", interval[0]) if interval else None)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
 # Run fields a resumed run may change: they only change what is shown, never what is computed.
 RESUME_MAY_CHANGE = ("progress",)
 
@@ -516,7 +570,7 @@ def _meta(argv: list[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"train": _train, "sweep": _sweep, "eval": _eval, "export": _export, "compare": _compare,
-                "meta": _meta}
+                "meta": _meta, "pbt": _pbt}
     if not argv or wants_help(argv):
         print(USAGE)
         return 0 if argv else 2

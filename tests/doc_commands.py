@@ -229,15 +229,15 @@ def shrink(command: Command, out: str) -> list[str]:
     argv = list(command.argv)
     if not argv or "--help" in argv or "-h" in argv:
         return argv
-    shrinkers = {"train": _shrink_train, "sweep": _shrink_sweep, "meta": _shrink_meta}
+    shrinkers = {"train": _shrink_train, "sweep": _shrink_sweep, "meta": _shrink_meta, "pbt": _shrink_train}
     if argv[0] in shrinkers:
         return shrinkers[argv[0]](argv, out)
     return argv
 
 
 def writes(argv: list[str]) -> str | None:
-    """The run folder a shrunk command writes (train, sweep, meta, and their --resume), or None."""
-    if argv and argv[0] in ("train", "sweep", "meta") and "--help" not in argv:
+    """The run folder a shrunk command writes (train, sweep, meta, pbt, and their --resume), or None."""
+    if argv and argv[0] in ("train", "sweep", "meta", "pbt") and "--help" not in argv:
         _, resume = _drop(argv, "--resume")
         _, out = _drop(argv, "--out")
         return resume or out
@@ -273,7 +273,7 @@ class Step:
 def _key(argv: list[str], folders: dict[str, str]) -> str:
     """What makes two shrunk commands the same: their words, with the folder a command writes left out and each
     folder it reads replaced by the key of the command that last wrote it."""
-    argv, _ = _drop(argv, "--out") if argv and argv[0] in ("train", "sweep", "meta") else (argv, None)
+    argv, _ = _drop(argv, "--out") if argv and argv[0] in ("train", "sweep", "meta", "pbt") else (argv, None)
     words = shlex.join(argv)
     for folder in sorted(folders, key=len, reverse=True):
         words = re.sub(rf"(?<![\w./-]){re.escape(folder)}(?=$|[\s/:])", "{" + folders[folder] + "}", words)
