@@ -16,8 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from sparqrl.algos.base import Acting, keyed
-from sparqrl.envs import RunningStats, normalize
+from sparqrl.envs import RunningStats, action_dim, is_discrete, normalize
 from sparqrl.nets import ActorBranch, ActorCritic, actor_branch_params, torso_features
+from sparqrl.nets.memory import Memory, RecurrentActorCritic
 from sparqrl.nets.distributions import Categorical, DiagGaussian, categorical, diag_gaussian, sampling_noise
 
 
@@ -36,15 +37,18 @@ def distribution(raw: jax.Array, log_std: jax.Array | None) -> Categorical | Dia
     return diag_gaussian(raw, jnp.exp(log_std) * jnp.ones_like(raw))
 
 
-def make_acting(network: ActorCritic, spec: Any, normalize_obs: bool, return_gamma: float | None,
+def make_acting(network: ActorCritic | RecurrentActorCritic, spec: Any, normalize_obs: bool, return_gamma: float | None,
                 with_value: bool = False) -> Acting:
     """Sampling actors for `network` on env `spec`: discrete actions as int32, continuous ones as the raw
     Gaussian sample (its log-probability is of that sample) that `to_env` clips to the action bounds, drawn
     from noise drawn ahead (`Acting.noise`). with_value: the critic as `Acting.value` (PPO's learner takes the
-    values `on_device` computes while acting)."""
+    values `on_device` computes while acting). A `RecurrentActorCritic` acts whole, carrying its state
+    (`Acting.memory`), and gives no values while acting: the learner re-runs the fragment for them."""
     discrete = network.discrete
-    branch = ActorBranch(network.action_dim, tuple(network.obs_shape), tuple(network.hidden), network.activation,
-                         network.torso, network.actor_network)
+    recurrent = isinstance(network, RecurrentActorCritic)
+    branch = network if recurrent else ActorBranch(network.action_dim, tuple(network.obs_shape),
+                                                   tuple(network.hidden), network.activation, network.torso,
+                                                   network.actor_network)
     if not discrete:
         low, high = np.asarray(spec.action_space.low, np.float32), np.asarray(spec.action_space.high, np.float32)
 
@@ -75,7 +79,8 @@ def make_acting(network: ActorCritic, spec: Any, normalize_obs: bool, return_gam
 
     return Acting(
         network=branch,
-        network_params=lambda policy_params: actor_branch_params(policy_params.params),
+        network_params=(lambda policy_params: policy_params.params) if recurrent
+        else lambda policy_params: actor_branch_params(policy_params.params),
         activation=network.activation,
         explore=keyed(noise, explore_with),
         greedy=greedy,
@@ -83,9 +88,21 @@ def make_acting(network: ActorCritic, spec: Any, normalize_obs: bool, return_gam
         aux=aux,
         observe=observe if normalize_obs else None,
         return_gamma=return_gamma,
-        features=None if network.actor_network else torso_features(tuple(network.obs_shape), network.activation,
-                                                                    network.torso),
+        features=None if network.actor_network or recurrent else torso_features(
+            tuple(network.obs_shape), network.activation, network.torso),
         noise=noise,
         explore_with=explore_with,
-        value=value if with_value else None,
+        value=value if with_value and not recurrent else None,
+        memory=Memory(network.memory, network.memory_size) if recurrent else None,
     )
+
+
+def make_network(config: Any, env: Any) -> ActorCritic | RecurrentActorCritic:
+    """The actor-critic network of a PPO/IMPALA/A2C config on `env`: `ActorCritic` (separate actor and critic
+    torsos), or with `config.memory` a `RecurrentActorCritic` (the cell after the actor's torso)."""
+    common = dict(action_dim=action_dim(env), discrete=is_discrete(env), obs_shape=tuple(env.observation_shape),
+                  hidden=tuple(config.hidden), activation=config.activation, torso=config.torso,
+                  actor_network=config.network_of("actor"))
+    if config.memory != "none":
+        return RecurrentActorCritic(memory=config.memory, memory_size=config.memory_size, **common)
+    return ActorCritic(critic_network=config.network_of("critic"), **common)

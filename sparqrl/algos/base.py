@@ -21,7 +21,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from sparqrl.config import fail
 from sparqrl.envs import Env
+from sparqrl.nets.memory import Memory, reset_carry
 from sparqrl.nets.modules import flatten_obs
 
 # Keys every `update` must put in its metrics; the runner turns them into mean episode returns
@@ -147,19 +149,24 @@ def evaluate(env: Env, act: Callable, policy_params: Any, key: jax.Array, num_ep
     """
     reset_key, step_key = jax.random.split(key)
     obs, state = jax.vmap(env.reset)(jax.random.split(reset_key, num_episodes))
+    recurrent = isinstance(act, RecurrentAct)  # then its state is carried along each episode
 
     def step(carry, key):
-        obs, state, total, alive = carry
+        obs, state, total, alive, memory = carry
         act_keys = jax.random.split(key, num_episodes + 1)
-        action = jax.vmap(act, in_axes=(None, 0, 0))(policy_params, obs, act_keys[1:])
+        if recurrent:
+            action, memory = act.step(policy_params, obs, act_keys[1:], memory)
+        else:
+            action = jax.vmap(act, in_axes=(None, 0, 0))(policy_params, obs, act_keys[1:])
         out = jax.vmap(env.step)(jax.random.split(act_keys[0], num_episodes), state, action)
         total = total + jnp.where(alive, out.reward, 0.0)
         alive = alive & ~(out.terminated | out.truncated)
-        return (out.obs, out.state, total, alive), None
+        return (out.obs, out.state, total, alive, memory), None
 
-    init = (obs, state, jnp.zeros(num_episodes), jnp.ones(num_episodes, bool))
+    init = (obs, state, jnp.zeros(num_episodes), jnp.ones(num_episodes, bool),
+            act.init(num_episodes) if recurrent else None)
     keys = jax.random.split(step_key, env.max_episode_steps)
-    (_, _, total, _), _ = jax.lax.scan(step, init, keys)
+    (_, _, total, _, _), _ = jax.lax.scan(step, init, keys)
     return total
 
 
@@ -184,6 +191,8 @@ class Step(NamedTuple):
     value: Any = None  # float32 [N]: V(obs) and V(next_obs) under the learner's CURRENT critic where the runner
     next_value: Any = None  # computed them while acting (`on_device` with `Acting.value`: lag 0); None where
     #             actors act with copies that may be stale (the actor-learner runner): the learner computes them
+    memory: Any = None  # [N, ...]: the recurrent state the actor held before acting on obs (`Acting.memory`), so the
+    #             learner re-runs a fragment from its first step's; None for a feed-forward policy
 
 
 class Acting(NamedTuple):
@@ -227,6 +236,10 @@ class Acting(NamedTuple):
                                               for a learner that bootstraps from a critic (PPO): `on_device`,
                                               whose acting policy is the learner's current one, hands the
                                               values it computes while acting to the learner (`Step.value`)
+    memory                                    `nets.memory.Memory` of a recurrent policy: `network` is then
+                                              (vars, x [N, *obs], carry [N, ...]) -> (raw, value, carry), the state
+                                              reset at episode starts and sent with each step (`Step.memory`);
+                                              None: feed-forward
     """
 
     network: Any
@@ -244,6 +257,22 @@ class Acting(NamedTuple):
     noise: Callable[[jax.Array, tuple[int, ...]], Any] | None = None
     explore_with: Callable[..., tuple[Any, Any]] | None = None
     value: Callable[[Any, jax.Array], jax.Array] | None = None
+    memory: Memory | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RecurrentAct:
+    """`Algorithm.act`/`sample` of a recurrent policy, which acts on episodes with its state, not on single
+    observations: `init(n)` the state of n episodes; `step(policy_params, obs [n, *obs], keys [n], carry) ->
+    (action [n], carry)` (`evaluate` carries it). Called as a feed-forward act it refuses in one line."""
+
+    kind: str
+    init: Callable[[int], Any]
+    step: Callable[[Any, jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
+
+    def __call__(self, *args: Any) -> None:
+        fail("memory", self.kind, "is a recurrent policy: it acts on whole episodes with its state "
+             "(sparqrl eval, agent.evaluate), not on single observations (agent.act, videos, export)")
 
 
 def keyed(noise: Callable[[jax.Array, tuple[int, ...]], Any], explore_with: Callable[..., tuple[Any, Any]]
@@ -366,6 +395,17 @@ class OnDeviceState(NamedTuple):
     discounted_return: jax.Array  # float32 [N] (zeros unless `Acting.return_gamma`)
     env_steps: jax.Array  # int32 [], env steps of this seed so far
     key: jax.Array
+    memory: Any = None  # [N, ...]: a recurrent policy's state before the next step (`Acting.memory`); else None
+
+
+def network_step(acting: Acting, policy_params: Any, x: jax.Array, memory: Any, obs_ndim: int) -> tuple[jax.Array, Any]:
+    """The policy network's raw output [N, out] on the observed input x [N, *obs], and a recurrent policy's state
+    after it (`Acting.memory`; None for a feed-forward one)."""
+    variables = acting.network_params(policy_params)
+    if acting.memory is None:
+        return acting.network.apply(variables, flatten_obs(x, obs_ndim)), None
+    raw, _, memory = acting.network.apply(variables, x, memory)
+    return raw, memory
 
 
 def acting_values(acting: Acting, policy_params: Any, aux: Any, x: jax.Array, out: Any) -> tuple[jax.Array, jax.Array]:
@@ -395,13 +435,13 @@ def on_device(al: ActorLearner, env: Env, fragment_steps: int, num_updates: int)
         key, reset_key, learner_key = jax.random.split(key, 3)
         obs, env_state = jax.vmap(env.reset)(jax.random.split(reset_key, n))
         return OnDeviceState(al.init(learner_key), env_state, obs.astype(jnp.float32), jnp.zeros(n, jnp.float32),
-                             jnp.zeros((), jnp.int32), key)
+                             jnp.zeros((), jnp.int32), key, None if acting.memory is None else acting.memory.init((n,)))
 
     def step(carry: tuple[OnDeviceState, Any, Any], inputs: tuple[jax.Array, Any]) -> tuple[tuple, tuple[Step, dict]]:
         state, policy_params, aux = carry
         env_keys, draw = inputs
         x = observe(acting, aux, state.obs)
-        raw = acting.network.apply(acting.network_params(policy_params), flatten_obs(x, obs_ndim))
+        raw, memory = network_step(acting, policy_params, x, state.memory, obs_ndim)
         explore = acting.explore if acting.noise is None else acting.explore_with  # draw: a key or noise
         action, extra = explore(raw, draw, state.env_steps, slots, n, aux)
         out = jax.vmap(env.step)(env_keys, state.env_state, acting.to_env(action))
@@ -411,14 +451,17 @@ def on_device(al: ActorLearner, env: Env, fragment_steps: int, num_updates: int)
             discounted = acting.return_gamma * discounted + reward
         final_obs = out.final_obs.astype(jnp.float32)
         row = Step(state.obs, action, reward, final_obs, out.terminated, out.truncated,
-                   extra, jnp.ones(n, jnp.float32), discounted if acting.return_gamma is not None else None)
+                   extra, jnp.ones(n, jnp.float32), discounted if acting.return_gamma is not None else None,
+                   memory=state.memory)
         if acting.priority is not None:  # Ape-X's initial priorities, from the acting policy (the learner's)
             row = row._replace(priority=acting.priority(forward(acting, policy_params, final_obs, obs_ndim), row))
         if acting.value is not None:  # next_value: V(final obs) where truncated, until `update` completes it
             row = row._replace(**dict(zip(("value", "next_value"), acting_values(acting, policy_params, aux, x, out))))
         discounted = jnp.where(out.terminated | out.truncated, 0.0, discounted)
+        if memory is not None:  # an ended episode's env starts the next from the initial state
+            memory = reset_carry(memory, out.terminated | out.truncated)
         state = state._replace(env_state=out.state, obs=out.obs.astype(jnp.float32), discounted_return=discounted,
-                               env_steps=state.env_steps + n)
+                               env_steps=state.env_steps + n, memory=memory)
         return (state, policy_params, aux), (row, out.info)
 
     def update(state: OnDeviceState) -> tuple[OnDeviceState, dict[str, jax.Array]]:
@@ -451,5 +494,23 @@ def on_device(al: ActorLearner, env: Env, fragment_steps: int, num_updates: int)
         raw = forward(acting, policy_params, obs[None], obs_ndim)
         return acting.to_env(explore_one(acting, raw, key, acting_aux(acting, policy_params)))[0]
 
+    if acting.memory is not None:
+        act, sample = recurrent_acts(acting, obs_ndim)
     return Algorithm(init=init, update=update, policy=policy, act=act, env_steps_per_update=fragment_steps * n,
                      num_updates=num_updates, summary=al.summary, sample=sample)
+
+
+def recurrent_acts(acting: Acting, obs_ndim: int) -> tuple[RecurrentAct, RecurrentAct]:
+    """The deterministic and the exploring `RecurrentAct` of a recurrent acting (`Acting.memory`), in env units:
+    what `evaluate` steps along episodes."""
+
+    def acts(deterministic: bool) -> RecurrentAct:
+        def step(policy_params: Any, obs: jax.Array, keys: jax.Array, memory: Any) -> tuple[jax.Array, Any]:
+            aux = acting_aux(acting, policy_params)
+            raw, memory = network_step(acting, policy_params, observe(acting, aux, obs), memory, obs_ndim)
+            action = acting.greedy(raw) if deterministic else explore_one(acting, raw, keys[0], aux)
+            return acting.to_env(action), memory
+
+        return RecurrentAct(acting.memory.kind, lambda n: acting.memory.init((n,)), step)
+
+    return acts(True), acts(False)

@@ -17,12 +17,13 @@ from sparqrl.config import (
     check_ints, check_reference, fail, in_range, in_unit_interval, is_int, is_number, one_of, positive, positive_int,
     require,
 )
-from sparqrl.envs import Box, Discrete
+from sparqrl.envs import Box, Discrete, is_host_env
 
 # Kept as a Literal here (not imported from sparqrl.nets) so that reading a config, e.g. for the CLI's
 # help, does not import flax. The names are keys of `sparqrl.nets.modules.ACTIVATIONS` (a test checks).
 Activation = Literal["relu", "tanh"]
 Torso = Literal["auto", "mlp"]
+MemoryCell = Literal["none", "lstm", "gru"]  # "none" and the keys of `sparqrl.nets.memory.CELLS` (a test checks)
 
 # The sparse choices as Literals, so tyro's help and `--set` parsing list them; they match `sparse.ALLOCATIONS`
 # and `sparse.INIT_METHODS` (a test checks that they stay in step).
@@ -222,6 +223,15 @@ class ActorCriticConfig(AdamConfig):
     others; mlp: every observation flattened into the hidden layers (PureJaxRL's PPO; much cheaper than the
     Conv on a CPU)."""
 
+    memory: MemoryCell = "none"
+    """A recurrent policy (`sparqrl.nets.memory`): none (feed-forward), lstm or gru, a cell of memory_size units
+    after the actor's torso that the actor and critic heads share. Its state is reset at episode starts and carried
+    across fragments; the learner re-runs each fragment from the state it was acted from (truncated BPTT over the
+    fragment: num_steps), PPO's minibatches taking whole environments. On device only (JAX environments)."""
+
+    memory_size: int = 128
+    """Units of the recurrent cell (memory=lstm|gru)."""
+
     @property
     def batch_size(self) -> int:
         """Transitions per update."""
@@ -241,8 +251,17 @@ class ActorCriticConfig(AdamConfig):
             in_range(name, getattr(self, name), 0)
         positive("max_grad_norm", self.max_grad_norm)
         one_of("torso", self.torso, get_args(Torso))
+        one_of("memory", self.memory, get_args(MemoryCell))
+        positive_int("memory_size", self.memory_size)
+        require(self.memory == "none" or self.sparse == "dense", "memory", self.memory,
+                "cannot be combined with sparse training (the cell's layers have no sparsity allocation): "
+                "leave --sparse dense")
 
     def check_actions(self, env: Any, algo: str) -> None:
-        """The env's actions are Discrete or Box, the two the actor-critic heads handle."""
+        """The env's actions are Discrete or Box, the two the actor-critic heads handle; a recurrent policy only on
+        a JAX environment (host actors act feed-forward only)."""
+        require(self.memory == "none" or not is_host_env(getattr(env, "name", "")), "memory", self.memory,
+                f"runs on device only (JAX environments); {algo} on a host environment (gym:...) acts feed-forward: "
+                "leave memory none")
         require(isinstance(env.action_space, (Discrete, Box)), "env", getattr(env, "name", env),
                 f"{algo} needs a Discrete or Box action space")

@@ -23,13 +23,13 @@ import optax
 
 from sparqrl import sparse
 from sparqrl.algos import sparsify
-from sparqrl.algos.actor_critic import PolicyParams, make_acting
+from sparqrl.algos.actor_critic import PolicyParams, make_acting, make_network
 from sparqrl.algos.base import (
     ActorLearner, Algorithm, Step, clipped_adam, has_tracers, make_hparams_train_fn, on_device,
 )
 from sparqrl.algos.impala.config import Config
-from sparqrl.envs import Env, action_dim, is_discrete
-from sparqrl.nets import ActorCritic
+from sparqrl.algos.recurrent import fragment_outputs
+from sparqrl.envs import Env
 from sparqrl.nets.torso import check_torsos
 from sparqrl.returns import vtrace
 
@@ -67,9 +67,7 @@ def make_actor_learner(config: Config, env: Any) -> ActorLearner:
         config = config.validate(env)
     obs_shape = tuple(env.observation_shape)
     check_torsos(config, obs_shape, ("actor", "critic"))
-    network = ActorCritic(action_dim=action_dim(env), discrete=is_discrete(env), obs_shape=obs_shape,
-                          hidden=tuple(config.hidden), activation=config.activation, torso=config.torso,
-                          actor_network=config.network_of("actor"), critic_network=config.network_of("critic"))
+    network = make_network(config, env)
     learning_rate = optax.linear_schedule(config.lr, 0.0, config.num_updates) if config.anneal_lr else config.lr
     training = sparsify.learner_training(config, clipped_adam(learning_rate, config.max_grad_norm, eps=1e-5),
                                          config.num_updates)
@@ -83,9 +81,12 @@ def make_actor_learner(config: Config, env: Any) -> ActorLearner:
         return Learner(params, opt_state, key, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
 
     def loss_fn(params: Any, steps: Step) -> tuple[jax.Array, dict[str, jax.Array]]:
-        obs = jnp.asarray(steps.obs, jnp.float32)
-        dist, values = network.apply(params, obs)
-        _, next_values = network.apply(params, jnp.asarray(steps.next_obs, jnp.float32))
+        obs, next_obs = jnp.asarray(steps.obs, jnp.float32), jnp.asarray(steps.next_obs, jnp.float32)
+        if steps.memory is not None:  # a recurrent network re-run over the fragment from its initial state
+            dist, values, next_values = fragment_outputs(network, params, obs, next_obs, steps)
+        else:
+            dist, values = network.apply(params, obs)
+            _, next_values = network.apply(params, next_obs)
         return impala_loss(dist.log_prob(steps.action), steps.extra, values, jax.lax.stop_gradient(next_values),
                            dist.entropy(), steps, config)
 

@@ -94,6 +94,9 @@ class Config(ActorCriticConfig):
             self.num_minibatches,
             f"must divide the batch size num_envs * num_steps = {self.batch_size}",
         )
+        require(self.memory == "none" or self.num_envs % self.num_minibatches == 0, "num_minibatches",
+                self.num_minibatches, f"must divide num_envs = {self.num_envs} with memory={self.memory} (a "
+                "recurrent policy's minibatches take whole environments' sequences)")
         in_unit_interval("gae_lambda", self.gae_lambda)
         positive("clip_eps", self.clip_eps)
         objective = objectives.resolve_rule("objective", self.objective)

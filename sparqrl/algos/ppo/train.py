@@ -20,7 +20,7 @@ import optax
 
 from sparqrl import sparse
 from sparqrl.algos import sparsify
-from sparqrl.algos.actor_critic import PolicyParams, make_acting
+from sparqrl.algos.actor_critic import PolicyParams, make_acting, make_network
 from sparqrl.algos.base import (
     ActorLearner, Algorithm, Step, clipped_adam, has_tracers, make_hparams_train_fn, on_device,
 )
@@ -34,8 +34,10 @@ from sparqrl.algos.ppo.objectives import (
     meta_params_for,
     rule_kind,
 )
-from sparqrl.envs import Env, RunningStats, action_dim, is_discrete, normalize, running_stats_init, running_stats_update
+from sparqrl.algos.recurrent import env_minibatches, fragment_outputs, sequence_outputs
+from sparqrl.envs import Env, RunningStats, normalize, running_stats_init, running_stats_update
 from sparqrl.nets import ActorCritic, cnn_kind
+from sparqrl.nets.memory import RecurrentActorCritic, sequence_resets
 from sparqrl.nets.torso import check_torsos
 
 
@@ -48,6 +50,8 @@ class Batch(NamedTuple):
     value: jax.Array
     advantages: jax.Array
     targets: jax.Array
+    memory: Any = None  # a recurrent policy's per-step states [T, N, ...] (`Step.memory`); None: feed-forward
+    reset: Any = None  # [T, N]: where an episode starts inside the fragment (with memory)
 
 
 class Learner(NamedTuple):
@@ -144,8 +148,13 @@ def make_learn_batch(config: Config, network: ActorCritic, optimizer: optax.Grad
     loop (the host learner): XLA's CPU back-end runs a convolution's gradient inside a loop body about 10x
     slower than outside one (jax-ml/jax#12868; Nature CNN, batch 32: 0.23 s vs 0.023 s per gradient here)."""
 
+    recurrent = config.memory != "none"  # then a batch stays [T, N] and minibatches take whole environments
+
     def loss_fn(params: Any, batch: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
-        dist, values = network.apply(params, batch.obs)
+        if recurrent:
+            dist, values, _ = sequence_outputs(network, params, batch.memory, batch.obs, batch.reset)
+        else:
+            dist, values = network.apply(params, batch.obs)
         return loss(dist.log_prob(batch.action), values, dist.entropy(), batch)
 
     def sgd_step(carry: tuple[Learner, dict], minibatch: Batch) -> tuple[tuple[Learner, dict], None]:
@@ -157,18 +166,24 @@ def make_learn_batch(config: Config, network: ActorCritic, optimizer: optax.Grad
 
     def learn_batch(learner: Learner, batch: Batch, keys: jax.Array) -> tuple[Learner, dict[str, jax.Array]]:
         """keys: [update_epochs], one per epoch's shuffle."""
-        batch = jax.tree.map(lambda x: x.reshape((config.batch_size, *x.shape[2:])), batch)
+        if not recurrent:
+            batch = jax.tree.map(lambda x: x.reshape((config.batch_size, *x.shape[2:])), batch)
 
-        def epoch(carry: tuple[Learner, dict], key: jax.Array) -> tuple[tuple[Learner, dict], None]:
+        def minibatches_of(key: jax.Array) -> Batch:
+            if recurrent:
+                return env_minibatches(batch, key, config.num_minibatches)
             permutation = jax.random.permutation(key, config.batch_size)
-            minibatches = jax.tree.map(
+            return jax.tree.map(
                 lambda x: x[permutation].reshape((config.num_minibatches, config.minibatch_size, *x.shape[1:])),
                 batch,
             )
-            return jax.lax.scan(sgd_step, carry, minibatches, unroll=unroll)
+
+        def epoch(carry: tuple[Learner, dict], key: jax.Array) -> tuple[tuple[Learner, dict], None]:
+            return jax.lax.scan(sgd_step, carry, minibatches_of(key), unroll=unroll)
 
         # the loss terms summed in the loop's carry (not stacked per minibatch: fewer kernels per step)
-        terms = jax.eval_shape(loss_fn, learner.params, jax.tree.map(lambda x: x[:config.minibatch_size], batch))[1]
+        terms = jax.eval_shape(lambda params, key: loss_fn(params, jax.tree.map(lambda x: x[0], minibatches_of(key))),
+                               learner.params, keys[0])[1]
         zeros = jax.tree.map(lambda term: jnp.zeros(term.shape, term.dtype), terms)
         (learner, info_sum), _ = jax.lax.scan(epoch, (learner, zeros), keys, unroll=unroll)
         count = config.update_epochs * config.num_minibatches
@@ -199,16 +214,19 @@ def fragment_advantages(config: Config, values: jax.Array, next_values: jax.Arra
     return gae(reward, values, next_values, steps.terminated, done, config.gamma, config.gae_lambda)
 
 
-def fragment_values(network: ActorCritic, learner: LearnerState, obs: jax.Array, steps: Step
+def fragment_values(network: ActorCritic | RecurrentActorCritic, learner: LearnerState, obs: jax.Array, steps: Step
                     ) -> tuple[jax.Array, jax.Array]:
     """(V(obs), V(next_obs)) [T, N] under the learner's network: those the runner computed while acting where
     it acted with this very network (`Step.value`, on device), else computed here on the normalised `obs`
-    and the fragment's next observations (actors' copies may be older)."""
+    and the fragment's next observations (actors' copies may be older; a recurrent network re-run over the
+    fragment, `recurrent.fragment_outputs`)."""
     if steps.value is not None:
         return steps.value, steps.next_value
     next_obs = jnp.asarray(steps.next_obs, jnp.float32)
     if learner.obs_stats is not None:
         next_obs = normalize(learner.obs_stats, next_obs)
+    if steps.memory is not None:
+        return fragment_outputs(network, learner.params, obs, next_obs, steps)[1:]
     return network.apply(learner.params, obs)[1], network.apply(learner.params, next_obs)[1]
 
 
@@ -245,9 +263,7 @@ def make_actor_learner(config: Config, env: Any, meta_params: MetaParams | dict 
         config = config.validate(env)
     obs_shape = tuple(env.observation_shape)
     check_torsos(config, obs_shape, ("actor", "critic"))
-    network = ActorCritic(action_dim=action_dim(env), discrete=is_discrete(env), obs_shape=obs_shape,
-                          hidden=tuple(config.hidden), activation=config.activation, torso=config.torso,
-                          actor_network=config.network_of("actor"), critic_network=config.network_of("critic"))
+    network = make_network(config, env)
     rule = ppo_rule(config, meta_params) if rule is None else rule
     training = rule.training
     learn_batch = make_learn_batch(config, network, sparse.transform(training), rule.loss,
@@ -276,8 +292,10 @@ def make_actor_learner(config: Config, env: Any, meta_params: MetaParams | dict 
         values, next_values = fragment_values(network, learner, obs, steps)
         reward, return_stats = scaled_rewards(learner, steps)
         advantages, targets = fragment_advantages(config, values, next_values, steps, reward)
-        trained, metrics = learn_batch(Learner(learner.params, learner.opt_state),
-                                       Batch(obs, steps.action, steps.extra, values, advantages, targets), keys[1:])
+        batch = Batch(obs, steps.action, steps.extra, values, advantages, targets)
+        if steps.memory is not None:
+            batch = batch._replace(memory=steps.memory, reset=sequence_resets(steps.terminated, steps.truncated))
+        trained, metrics = learn_batch(Learner(learner.params, learner.opt_state), batch, keys[1:])
         return LearnerState(trained.params, trained.opt_state, obs_stats, return_stats, keys[0],
                             learner.env_steps + config.batch_size,
                             learner.gradient_steps + config.update_epochs * config.num_minibatches), metrics

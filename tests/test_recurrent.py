@@ -1,0 +1,149 @@
+"""Recurrent policies (`--set memory=lstm|gru`, issue 36 item 4): the state reset at episode starts and carried
+across fragments, the learner's re-run of a fragment against a step-by-step unroll, PPO's minibatches by
+environment, the one-line refusals, and learning on a task that needs memory (MemoryChain-bsuite)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import get_args
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import last_metric, train_as_users_do
+from sparqrl.algos import ppo
+from sparqrl.algos.base import RecurrentAct, on_device
+from sparqrl.algos.config import MemoryCell
+from sparqrl.algos.impala import train as impala_train
+from sparqrl.algos.ppo import train as ppo_train
+from sparqrl.algos.recurrent import env_minibatches, fragment_outputs
+from sparqrl.config import ConfigError
+from sparqrl.envs import make_env
+from sparqrl.nets.memory import CELLS, RecurrentActorCritic, reset_carry
+
+ENV = "MemoryChain-bsuite"  # 6-step episodes: the only informative observation is the first (the context bit)
+
+
+def test_memory_choices_are_the_cells():
+    assert set(get_args(MemoryCell)) == {"none", *CELLS}
+
+
+def acted_fragments(make_actor_learner, config, env, updates=2):
+    """The fragments `on_device` acts in `updates` updates (the learner swapped for one that only returns them),
+    the learner's policy params and the runner state after them."""
+    al = make_actor_learner(config, env)
+    al = al._replace(learn=lambda learner, steps: (learner, {"steps": steps}))
+    algo = on_device(al, env, config.num_steps, updates)
+    state = algo.init(jax.random.PRNGKey(3))
+    fragments = []
+    for _ in range(updates):
+        state, metrics = jax.jit(algo.update)(state)
+        fragments.append(metrics["steps"])
+    return al, fragments, state
+
+
+def step_by_step(network, params, obs, done, carry):
+    """A plain Python loop: the network on each step [N] in turn, the carry reset after an episode ends.
+    Returns the carries before each step [T, N, ...], raw [T, N, A] and values [T, N]."""
+    carries, raws, values = [], [], []
+    for t in range(obs.shape[0]):
+        carries.append(carry)
+        raw, value, carry = network.apply(params, obs[t], carry)
+        raws.append(raw)
+        values.append(value)
+        carry = reset_carry(carry, done[t])
+    stack = lambda xs: jax.tree.map(lambda *x: jnp.stack(x), *xs)  # noqa: E731
+    return stack(carries), jnp.stack(raws), jnp.stack(values), carry
+
+
+@pytest.mark.parametrize("memory, make_actor_learner", [("lstm", ppo_train.make_actor_learner),
+                                                        ("gru", impala_train.make_actor_learner)])
+def test_rerun_matches_acting_and_a_step_by_step_unroll(memory, make_actor_learner):
+    env = make_env(ENV)
+    config_type = ppo.Config if make_actor_learner is ppo_train.make_actor_learner else impala_train.Config
+    config = config_type(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 2, hidden=(16,), memory=memory,
+                         memory_size=8)
+    al, fragments, state = acted_fragments(make_actor_learner, config, env)
+    params = al.policy(state.learner).params
+    network = al.acting.network
+    assert isinstance(network, RecurrentActorCritic)
+    first = fragments[0]
+    done = np.asarray(first.terminated | first.truncated)
+    assert done[:-1].any(), "the fragment must hold an episode start to test the reset"
+    carries, raw, values, after = step_by_step(network, params, jnp.asarray(first.obs), jnp.asarray(done),
+                                               jax.tree.map(lambda c: c[0], first.memory))
+    # the actor's stored states are the step-by-step unroll's, zero right after an episode ended
+    for stored, expected in zip(jax.tree.leaves(first.memory), jax.tree.leaves(carries)):
+        np.testing.assert_allclose(stored, expected, atol=1e-5)
+        assert np.all(np.asarray(stored)[1:][done[:-1]] == 0)
+        assert np.abs(np.asarray(stored)[1:][~done[:-1]]).sum() > 0
+    # carried across fragments: the next fragment starts from the state the last step left
+    for nxt, expected in zip(jax.tree.leaves(fragments[1].memory), jax.tree.leaves(after)):
+        np.testing.assert_allclose(nxt[0], expected, atol=1e-5)
+    # the learner's re-run from the fragment's first state: the same policy and values as acted step by step
+    dist, rerun_values, next_values = fragment_outputs(network, params, jnp.asarray(first.obs),
+                                                       jnp.asarray(first.next_obs), first)
+    np.testing.assert_allclose(dist.log_prob(first.action), first.extra, atol=1e-5)  # the behaviour log-probs
+    np.testing.assert_allclose(dist.logits, jax.nn.log_softmax(raw), atol=1e-5)
+    np.testing.assert_allclose(rerun_values, values, atol=1e-5)
+    going_on = ~done[:-1]
+    np.testing.assert_allclose(np.asarray(next_values)[:-1][going_on], np.asarray(values)[1:][going_on], atol=1e-5)
+
+
+def test_ppo_minibatches_take_whole_environments():
+    t, n, m = 5, 6, 3
+    ids = jnp.broadcast_to(jnp.arange(n)[None], (t, n))
+    batch = {"env": ids, "time": jnp.broadcast_to(jnp.arange(t)[:, None], (t, n)), "carry": jnp.ones((t, n, 2)) * ids[..., None]}
+    out = env_minibatches(batch, jax.random.PRNGKey(0), m)
+    assert out["env"].shape == (m, t, n // m) and out["carry"].shape == (m, t, n // m, 2)
+    env = np.asarray(out["env"])
+    assert np.all(env == env[:, :1])  # each column one environment at every step, in time order
+    assert np.all(np.asarray(out["time"]) == np.arange(t)[None, :, None])
+    assert sorted(env[:, 0].reshape(-1)) == list(range(n))
+    np.testing.assert_array_equal(np.asarray(out["carry"])[..., 0], env)
+
+
+def test_refusals_are_one_line():
+    env = make_env(ENV)
+    with pytest.raises(ConfigError, match="memory"):
+        ppo.Config(memory="rnn").validate(env)
+    with pytest.raises(ConfigError, match="memory_size"):
+        ppo.Config(memory="gru", memory_size=0).validate(env)
+    with pytest.raises(ConfigError, match="sparse"):
+        ppo.Config(memory="lstm", sparse="set", sparsity=0.5).validate(env)
+    with pytest.raises(ConfigError, match="num_minibatches.*whole environments"):
+        ppo.Config(memory="lstm", num_envs=6, num_minibatches=4, num_steps=8).validate(env)
+    host = dataclasses.make_dataclass("Spec", ["name", "action_space", "observation_shape"])(
+        "gym:CartPole-v1", env.action_space, env.observation_shape)
+    with pytest.raises(ConfigError, match="memory.*device only"):
+        impala_train.Config(memory="lstm").validate(host)
+    ppo.Config(memory="lstm", num_envs=8, num_minibatches=4, num_steps=8).validate(env)
+
+
+def test_recurrent_policy_refuses_single_observation_acting():
+    env = make_env(ENV)
+    algo = ppo_train.make_algorithm(ppo.Config(memory="gru", memory_size=4, num_envs=4, num_steps=8,
+                                               total_timesteps=64), env)
+    assert isinstance(algo.act, RecurrentAct) and isinstance(algo.sample, RecurrentAct)
+    with pytest.raises(ConfigError, match="memory.*recurrent"):
+        algo.act(None, jnp.zeros(env.observation_shape), jax.random.PRNGKey(0))
+
+
+# The smallest budget that separates them with margin on every seed (BENCHMARKS.md, "Recurrent policies").
+MEMORY_TASK = ("num_envs=8", "num_steps=16", "hidden=32", "memory_size=32")
+
+
+@pytest.mark.parametrize("algo", ["ppo"])
+def test_memory_beats_feed_forward_on_memory_chain(tmp_path, algo):
+    """The context is shown only at an episode's first steps and asked at its end: a feed-forward policy scores
+    0 in expectation (±1 at random); a recurrent one must remember the bit."""
+    steps = 20_000
+    feed_forward = train_as_users_do(tmp_path / "ff", algo, ENV, steps=steps, sets=MEMORY_TASK)
+    recurrent = train_as_users_do(tmp_path / "lstm", algo, ENV, steps=steps, sets=MEMORY_TASK + ("memory=lstm",))
+    ff_train, rec_train = last_metric(tmp_path / "ff", "episode_return"), last_metric(tmp_path / "lstm", "episode_return")
+    print(f"training returns, last chunk: feed-forward {ff_train}, lstm {rec_train}; evaluation: feed-forward "
+          f"{feed_forward['final_return_per_seed']}, lstm {recurrent['final_return_per_seed']}")
+    assert all(r >= 0.9 for r in recurrent["final_return_per_seed"])
+    assert all(r > f + 0.4 for r, f in zip(rec_train, ff_train))
