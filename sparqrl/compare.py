@@ -105,7 +105,7 @@ def _read_folder(path: Path) -> _Folder:
     cfg.require(not is_meta_config(data), "DIR", str(path),
                 "is a meta run's folder: its own plots are fitness.png and learned.png (compare takes train and "
                 "sweep runs)")
-    _, algo, _, run = open_run_dir(path, field="DIR", trust=None)  # no env is built: nothing imported
+    _, algo, _, run = open_run_dir(path, field="DIR", trust=None, pbt=True)  # no env is built: nothing imported
     try:
         sweep = saved_sweep(path)
     except cfg.ConfigError:

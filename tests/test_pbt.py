@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+import sparqrl
 from sparqrl.algos import ppo
 from sparqrl.envs import make_env
 from sparqrl.runners import RunConfig, RunInterrupted, pbt
@@ -152,8 +153,13 @@ def test_command_writes_pbt_csv_and_a_best_run_that_eval_and_resume_take(tmp_pat
     assert json.loads(stdout)["return_mean"] == pytest.approx(best_summary["final_return_mean"])
     code, stdout, err = run_cli(capsys, "train", "--resume", str(best))
     assert code == 0 and "finished run" in err
+    agent = sparqrl.load(best)
+    assert agent.act(np.zeros(4, np.float32)) in (0, 1)
     code, stdout, err = run_cli(capsys, "pbt", "--resume", str(out))
     assert code == 0 and "finished PBT run" in err
+    for command in (["eval", str(out)], ["train", "--resume", str(out)]):  # the population's folder is not a train run's
+        code, _, err = run_cli(capsys, *command)
+        assert code == 2 and "is a PBT run's folder" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_resume_equals_an_uninterrupted_run(tmp_path):

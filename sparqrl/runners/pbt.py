@@ -544,7 +544,7 @@ def saved_pbt(path: Path) -> PBTConfig | None:
 def resume(out: str | Path, *, progress: bool | None = None, trust: Trust = NOTHING,
            on_chunk: ChunkHook | None = None) -> dict:
     """Continue the PBT run in `out` from its newest intact checkpoint (a finished one: its summary)."""
-    rundir, algo_name, algo_config, run = open_run_dir(out, trust=trust)
+    rundir, algo_name, algo_config, run = open_run_dir(out, trust=trust, pbt=True)
     pbt = saved_pbt(rundir.path)
     cfg.require(pbt is not None, "--resume", str(out), "is not a PBT run's folder (`sparqrl train --resume` continues it)")
     require_trusted(trust, rundir.path / CONFIG, ray_address=run.ray_address)

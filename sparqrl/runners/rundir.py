@@ -240,12 +240,13 @@ def is_meta_config(data: Any) -> bool:
     return isinstance(data, dict) and "meta" in data and "algo" not in data
 
 
-def open_run_dir(path: str | Path, field: str = "resume", trust: Trust | None = NOTHING
+def open_run_dir(path: str | Path, field: str = "resume", trust: Trust | None = NOTHING, pbt: bool = False
                  ) -> tuple[RunDir, str, Any, RunConfig]:
     """The run in `path` (any format this sparqrl reads): its folder, algorithm name and saved configs.
     `trust`: what the command named (`sparqrl.trust`); the modules the folder names must be among them,
     checked before the run's imports are imported (its Ray address: by `runners.resume`, which joins it). None: the caller builds nothing of the run
-    (its env, its actors), so nothing is imported or checked."""
+    (its env, its actors), so nothing is imported or checked. `pbt`: a PBT run's folder is taken (its state is a
+    population's, which only `runners.pbt` and readers of its files know)."""
     out = Path(path)
     cfg.require(out.is_dir(), field, str(path), "must be the output folder of a run (no such folder)")
     held = read_manifest(out)
@@ -255,6 +256,8 @@ def open_run_dir(path: str | Path, field: str = "resume", trust: Trust | None = 
         data = json.loads((out / CONFIG).read_text())
         cfg.require(not is_meta_config(data), field, str(path),
                     "is a meta run's folder, not a train or sweep run's (`sparqrl meta TASK --resume DIR` continues it)")
+        cfg.require(pbt or "pbt" not in data, field, str(path), "is a PBT run's folder: `sparqrl pbt --resume DIR` "
+                    "continues it; DIR/best is its best member as a run folder (eval, load, export)")
         module = get_algorithm(data["algo"])
         algo_config = cfg.from_dict(module.Config, data["config"], str(out / CONFIG))
         run = cfg.from_dict(RunConfig, data["run"], str(out / CONFIG))
