@@ -147,3 +147,20 @@ def test_memory_beats_feed_forward_on_memory_chain(tmp_path, algo):
           f"{feed_forward['final_return_per_seed']}, lstm {recurrent['final_return_per_seed']}")
     assert all(r >= 0.9 for r in recurrent["final_return_per_seed"])
     assert all(r > f + 0.4 for r, f in zip(rec_train, ff_train))
+
+
+def test_a_recurrent_run_evaluates_and_refuses_export_and_single_observations(tmp_path, capsys):
+    import sparqrl
+    from conftest import run_cli
+
+    run = tmp_path / "run"
+    sets = ("memory=gru", "memory_size=4", "num_envs=4", "num_steps=16", "hidden=8")
+    code, _, err = run_cli(capsys, "train", "ppo", "--env", ENV, "--steps", "256", "--out", str(run), "--no-progress",
+                           "--no-energy", *[w for item in sets for w in ("--set", item)])
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "eval", str(run), "--episodes", "3")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "export", str(run), "--out", str(tmp_path / "policy.onnx"))
+    assert code != 0 and "recurrent (memory=gru)" in err and len(err.strip().splitlines()) == 1, err
+    with pytest.raises(ConfigError, match="memory.*recurrent"):
+        sparqrl.load(run).act(np.zeros(3, np.float32))

@@ -155,6 +155,9 @@ def describe(algo: str, config: Any, obs_shape: tuple[int, ...], action_space: A
     if own:  # (its parameters would otherwise be read as a built-in layout's)
         unexportable(what, f"it runs your own torso ({own}), which the exporter cannot write; it writes the "
                            "built-in MLP and MinAtar policies")
+    if getattr(config, "memory", "none") != "none":
+        unexportable(what, f"it is recurrent (memory={config.memory}); the exporter writes feed-forward policies "
+                           "(no recurrent state as input and output)")
     if hasattr(policy_params, "obs_stats"):
         return _actor_critic_policy(config, obs_shape, action_space, policy_params, what)
     root = _node(policy_params, ("params",), what)
