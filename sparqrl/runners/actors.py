@@ -168,6 +168,12 @@ class Actor:
     def pid(self) -> int:
         return os.getpid()
 
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (hex id): a cluster run logs it and counts the nodes it used and lost."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def collect(self, copy: PolicyCopy) -> Fragment:
         """T env steps of every environment with the newest copy this actor holds: `copy` (loaded once per
         version) unless it already acts with a newer one. So the versions of an actor's fragments never go
@@ -244,6 +250,12 @@ class _Replacements:
         self.restarts = 0
         self.failures: list[ActorFailure] = []
         self.failing = [0] * actors
+        self.requests_lost = 0  # collect requests whose actor failed before it sent the fragment (never learned)
+        self.actor_nodes: dict[tuple[int, int], str] = {}  # (place, incarnation) -> the node it ran on (Ray only)
+
+    def nodes_lost(self) -> int:
+        """Nodes that ran this pool's actors and are gone (an in-process pool has no nodes)."""
+        return 0
 
     def _failed(self, actor_id: int, incarnation: int, error: str) -> None:
         """Record a failure of the actor in place `actor_id`, which the caller then replaces."""
@@ -284,6 +296,7 @@ class InlinePool(_Replacements):
             try:
                 fragment = self.actors[actor_id].collect(copy)
             except Exception as error:  # an environment or actor crash: replace the actor, go on
+                self.requests_lost += 1
                 self._replace(actor_id, repr(error))
                 self.submit(actor_id, copy)
                 continue
@@ -308,12 +321,35 @@ INLINE_BYTES = 64 * 1024
 """Policy copies below this size travel inside each request rather than through Ray's object store."""
 
 
+class Placement(NamedTuple):
+    """Where the actors of a run on a Ray cluster (`--ray-address`) go. `per_node` None: spread over the nodes, one
+    per node while there are enough (a SPREAD placement group, one 1-CPU bundle per actor); K: K actors on each
+    node (a STRICT_SPREAD group of K-CPU bundles, actor i in bundle i // K). A bundle whose node is lost is placed
+    again by Ray on a surviving node with room, where the actor's replacement then starts."""
+
+    per_node: int | None = None
+
+    def bundles(self, actors: int) -> tuple[list[dict[str, float]], str]:
+        if self.per_node is None:
+            return [{"CPU": 1.0}] * actors, "SPREAD"
+        return [{"CPU": float(min(self.per_node, actors - start))} for start in range(0, actors, self.per_node)], \
+            "STRICT_SPREAD"
+
+    def bundle(self, actor_id: int) -> int:
+        return actor_id if self.per_node is None else actor_id // self.per_node
+
+
+PLACEMENT_TIMEOUT_S = 120.0
+"""How long a run waits for the cluster to reserve its actors' CPUs (`Placement`) before it gives up."""
+
+
 class RayPool(_Replacements):
-    """Each actor a Ray actor process (1 CPU, 1 thread); requests in flight tracked by ObjectRef."""
+    """Each actor a Ray actor process (1 CPU, 1 thread); requests in flight tracked by ObjectRef. With a
+    `Placement`, the actors are placed over the cluster's nodes."""
 
     backend = "ray"
 
-    def __init__(self, spec: ActorSpec, reseed: int = 0):
+    def __init__(self, spec: ActorSpec, reseed: int = 0, placement: Placement | None = None):
         import ray
 
         super().__init__(spec.actors)
@@ -321,6 +357,9 @@ class RayPool(_Replacements):
         if not ray.is_initialized():
             raise RuntimeError("RayPool needs Ray started: use it inside `ray_session(...)`")
         self.remote_actor = ray.remote(num_cpus=1, max_restarts=0, runtime_env={"env_vars": ACTOR_ENV})(Actor)
+        self.placement, self.group, self.node_refs = placement, None, {}
+        if placement is not None:
+            self.group = self._reserve(placement)
         self.server = None
         if spec.inference == "central":  # on a GPU when the cluster has one (Ray hides GPUs from the others)
             gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
@@ -329,9 +368,53 @@ class RayPool(_Replacements):
         self.handles: list[Any] = [self._start(i, 0) for i in range(spec.actors)]
         self.incarnations = [0] * spec.actors
         self.pending: dict[Any, tuple[int, int, Any]] = {}  # ObjectRef -> (actor_id, incarnation, copy ref)
+        self.latest: Any = None  # what requests of the newest published version pass
+
+    def _reserve(self, placement: Placement) -> Any:
+        """The placement group of the actors' CPUs, once the cluster has reserved them (a `ConfigError` after
+        `PLACEMENT_TIMEOUT_S` if it cannot)."""
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        bundles, strategy = placement.bundles(self.spec.actors)
+        group = placement_group(bundles, strategy=strategy)
+        ready, _ = self.ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)
+        if not ready:
+            remove_placement_group(group)
+            free = sorted((n["Resources"].get("CPU", 0) for n in self.ray.nodes() if n["Alive"]), reverse=True)
+            field, value = ("actors_per_node", placement.per_node) if placement.per_node else ("actors", self.spec.actors)
+            raise ConfigError(f"{field}={value}: the cluster did not place {len(bundles)} bundle(s) of "
+                              f"{bundles[0]['CPU']:g} CPU(s) ({strategy}) within {PLACEMENT_TIMEOUT_S:g} s; its nodes' "
+                              f"CPUs: {free}")
+        return group
 
     def _start(self, actor_id: int, incarnation: int) -> Any:
-        return self.remote_actor.remote(self.spec, actor_id, incarnation, self.reseed, self.server)
+        """A new actor process in place `actor_id` (in its bundle, with a `Placement`); its node is asked for first."""
+        remote = self.remote_actor
+        if self.group is not None:
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            remote = remote.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+                self.group, placement_group_bundle_index=self.placement.bundle(actor_id)))
+        handle = remote.remote(self.spec, actor_id, incarnation, self.reseed, self.server)
+        self.node_refs[actor_id, incarnation] = handle.node_id.remote()  # (runs before its first collect)
+        return handle
+
+    def _learn_node(self, actor_id: int, incarnation: int) -> None:
+        """Record the node of (actor_id, incarnation) once its answer is in, without waiting for it."""
+        ref = self.node_refs.pop((actor_id, incarnation), None)
+        if ref is None:
+            return
+        try:
+            if self.ray.wait([ref], timeout=0)[0]:
+                self.actor_nodes[actor_id, incarnation] = self.ray.get(ref)
+                return
+        except self.ray.exceptions.RayError:  # the actor died before it answered: its node is unknown
+            return
+        self.node_refs[actor_id, incarnation] = ref
+
+    def nodes_lost(self) -> int:
+        dead = {node["NodeID"] for node in self.ray.nodes() if not node["Alive"]}
+        return len(dead & set(self.actor_nodes.values()))
 
     def publish(self, copy: PolicyCopy) -> Any:
         """What every request of this version passes: a small copy itself (Ray copies a task argument under
@@ -341,7 +424,8 @@ class RayPool(_Replacements):
         if self.server is not None:
             self.server.load.remote(self.ray.put(copy))
             copy = copy._replace(params=None)
-        return copy if copy.nbytes < INLINE_BYTES else self.ray.put(copy)
+        self.latest = copy if copy.nbytes < INLINE_BYTES else self.ray.put(copy)
+        return self.latest
 
     def server_stats(self) -> dict[str, float] | None:
         return None if self.server is None else self.ray.get(self.server.stats.remote())
@@ -358,12 +442,14 @@ class RayPool(_Replacements):
         while True:
             ready, _ = self.ray.wait(list(self.pending), num_returns=1)
             actor_id, incarnation, copy_ref = self.pending.pop(ready[0])
+            self._learn_node(actor_id, incarnation)
             try:
                 fragment = self.ray.get(ready[0])
-            except self.ray.exceptions.RayError as error:  # died, raised, or never started
+            except self.ray.exceptions.RayError as error:  # died (its node too), raised, or never started
+                self.requests_lost += 1
                 if incarnation == self.incarnations[actor_id]:  # not yet replaced
                     self._replace(actor_id, f"{type(error).__name__}: {str(error).splitlines()[0]}")
-                self.submit(actor_id, copy_ref)
+                self.submit(actor_id, self.latest)  # the newest version (an on-policy learner would drop an old one)
                 continue
             if incarnation == self.incarnations[actor_id]:
                 self.failing[actor_id] = 0
@@ -387,6 +473,10 @@ class RayPool(_Replacements):
             except Exception:
                 pass
         self.pending.clear()
+        if self.group is not None:  # the cluster's CPUs it reserved, freed for other runs
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self.group)
 
 
 _local_instance_ran = False  # see ray_session
@@ -525,10 +615,11 @@ def ray_session(address: str | None, actors: int) -> Iterator[None]:
         ray.shutdown()
 
 
-def make_pool(backend: str, spec: ActorSpec, reseed: int = 0) -> InlinePool | RayPool:
-    """The actors of a run (a ray pool inside `ray_session`)."""
+def make_pool(backend: str, spec: ActorSpec, reseed: int = 0, placement: Placement | None = None) -> InlinePool | RayPool:
+    """The actors of a run (a ray pool inside `ray_session`); `placement`: over a cluster's nodes (`Placement`), or
+    None, where Ray puts them (one node)."""
     if backend == "ray":
-        return RayPool(spec, reseed)
+        return RayPool(spec, reseed, placement=placement)
     return InlinePool(spec, reseed)
 
 

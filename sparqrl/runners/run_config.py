@@ -125,6 +125,9 @@ class RunConfig:
     batched fp32 forward pass on its device; fp32 only)."""
     inference_deadline_ms: float = 2.0
     """Central inference: the longest a batch waits, after its first request, for the other actors' requests."""
+    actors_per_node: int | None = None
+    """With --ray-address: put this many actors on each node of the cluster. None: spread them over its nodes,
+    one per node while actors <= nodes. (The learner runs in this process, on the machine the run starts on.)"""
     max_lag: int | None = None
     """On-policy learners (PPO): a fragment acted with a policy version more than this many learner updates
     older than the learner's is dropped and counted (summary.json's fragments_dropped), never trained on.
@@ -188,3 +191,8 @@ class RunConfig:
         cfg.require(self.inference_deadline_ms > 0, "inference_deadline_ms", self.inference_deadline_ms, "must be > 0")
         cfg.require(self.ray_address is None or self.resolved_backend == "ray", "ray_address", self.ray_address,
                     f"needs the ray backend (backend is {self.backend!r} with {self.actors} actor(s))")
+        if self.actors_per_node is not None:
+            cfg.require(isinstance(self.actors_per_node, int) and self.actors_per_node >= 1, "actors_per_node",
+                        self.actors_per_node, "must be an int >= 1")
+            cfg.require(self.ray_address is not None, "actors_per_node", self.actors_per_node,
+                        "needs --ray-address: it places actors on the nodes of a Ray cluster")

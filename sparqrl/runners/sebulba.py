@@ -40,6 +40,7 @@ from sparqrl.extras import need_installed
 from sparqrl.runners.actors import (
     ActorSpec,
     Fragment,
+    Placement,
     PolicyCopy,
     RayPool,
     check_ray_address,
@@ -190,7 +191,7 @@ class SebulbaDriver:
         self.member_names = [f"seed {i}" for i in range(run.seeds)]
         self.compile_time_s = 0.0
         self.timers = dict.fromkeys(TIMERS, 0.0)
-        self.prior = {"versions": 0, "restarts": 0, "dropped": 0}
+        self.prior = {"versions": 0, "restarts": 0, "dropped": 0, "lost": 0}
         self.counts = {"versions": 0, "lag_sum": 0.0, "fragments": 0, "order_violations": 0, "nbytes": 0, "dropped": 0}
         self.max_lag = run.resolved_max_lag if p.al.on_policy else None
         self.spec = ActorSpec(algo_name, p.config, run.env, run.seeds, run.actors, self.T, run.seed, run.imports,
@@ -200,6 +201,9 @@ class SebulbaDriver:
         self.learner = None
         self.updates_done = 0
         self.last_seen: dict[tuple[int, int], tuple[int, int]] = {}  # place -> (sequence, version) of its latest
+        # On a cluster: the actors over its nodes; each (place, incarnation) logs its node once
+        self.placement = Placement(run.actors_per_node) if run.ray_address is not None else None
+        self.nodes_logged: set[tuple[int, int]] = set()
         self._learn_c = None
         self._stop: StopRequests | None = None
 
@@ -227,7 +231,8 @@ class SebulbaDriver:
     def meta(self) -> dict[str, Any]:
         return {**self.timers, "versions": self.prior["versions"] + self.counts["versions"],
                 "restarts": self.prior["restarts"] + (self.pool.restarts if self.pool is not None else 0),
-                "dropped": self.prior["dropped"] + self.counts["dropped"]}
+                "dropped": self.prior["dropped"] + self.counts["dropped"],
+                "lost": self.prior["lost"] + (self.pool.requests_lost if self.pool is not None else 0)}
 
     def restore_meta(self, meta: dict[str, Any]) -> None:
         self.timers = {k: float(meta.get(k, 0.0)) for k in TIMERS}
@@ -252,7 +257,7 @@ class SebulbaDriver:
     def start(self, state: Any, updates_done: int, stop: StopRequests) -> None:
         self.learner, self.updates_done, self._stop = state, updates_done, stop
         self._pool_start = time.perf_counter()
-        self.pool = make_pool(self.run.resolved_backend, self.spec, reseed=updates_done)
+        self.pool = make_pool(self.run.resolved_backend, self.spec, reseed=updates_done, placement=self.placement)
         self._copy_ref = self._publish()
         for actor_id in range(self.run.actors):
             for _ in range(self.run.resolved_in_flight):
@@ -271,6 +276,8 @@ class SebulbaDriver:
             self._stop.check()  # between learner calls only: never with donated buffers in flight
             t0 = time.perf_counter()
             frag: Fragment = self.pool.next()
+            if self.placement is not None:
+                self._log_node(frag)
             t1 = time.perf_counter()
             ep_sum += np.where(frag.episode_done, frag.episode_return, 0.0).sum(axis=(0, 2))
             ep_count += frag.episode_done.sum(axis=(0, 2))
@@ -314,6 +321,14 @@ class SebulbaDriver:
         per_seed["policy_lag"] = np.full(seeds, counts["lag_sum"] / max(counts["fragments"], 1))
         return self.learner, per_seed
 
+    def _log_node(self, frag: Fragment) -> None:
+        """One line per actor process of a cluster run, at its first fragment: the node it runs on."""
+        place = (frag.actor_id, frag.incarnation)
+        node = self.pool.actor_nodes.get(place)
+        if node is not None and place not in self.nodes_logged:
+            self.nodes_logged.add(place)
+            notify(f"actor {frag.actor_id} (incarnation {frag.incarnation}) runs on node {node}")
+
     def evaluate(self, state: Any) -> np.ndarray:
         return _evaluate_seeds(self.al, self.run.env, self.p.policy_fn(state), self.run.eval_episodes,
                                self.run.seed + 100)
@@ -351,6 +366,10 @@ class SebulbaDriver:
             "fragments_dropped": self.prior["dropped"] + counts["dropped"],
             "version_order_violations": counts["order_violations"],
             "actor_restarts": self.prior["restarts"] + pool.restarts,
+            # Ray: distinct nodes that ran this session's actors, and how many of them were lost during it
+            "actor_nodes": len(set(pool.actor_nodes.values())),
+            "nodes_lost": pool.nodes_lost(),
+            "fragments_lost": self.prior["lost"] + pool.requests_lost,
             "actor_failures": [f"actor {f.actor_id} incarnation {f.incarnation}: {f.error}" for f in pool.failures[:10]],
             **self.al.summary,
         }

@@ -1,0 +1,142 @@
+"""The actor-learner runner on a Ray cluster of several nodes (issue 35 items 1-3): a head and two worker nodes on
+this machine (`ray_cluster.LocalCluster`), every server on loopback; actors spread over the nodes; a worker node
+lost mid-run (its raylet and actors killed) is survived, for an off-policy (Ape-X DQN) and an on-policy (PPO) run.
+
+Each run is `sparqrl train ... --ray-address ADDRESS` in its own process, as a user joins a cluster (a process that
+ran a local Ray instance, as other tests in this worker do, cannot join one)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import RAY_SERIAL
+
+pytest.importorskip("ray")
+
+from ray_cluster import LOOPBACK, joining_env, local_cluster  # noqa: E402
+
+from sparqrl.config import ConfigError  # noqa: E402
+from sparqrl.runners.actors import Placement  # noqa: E402
+from sparqrl.runners.run_config import RunConfig  # noqa: E402
+
+pytestmark = RAY_SERIAL
+
+NODE_LINE = re.compile(r"actor (\d+) \(incarnation (\d+)\) runs on node ([0-9a-f]+)")
+# Small, fast learners: the runs test placement and faults, not learning
+DQN = ["dqn", "--set", "num_envs=2", "--set", "hidden=16,16", "--set", "batch_size=32", "--set", "learning_starts=100",
+       "--fragment-steps", "5"]
+PPO = ["ppo", "--set", "num_envs=2", "--set", "num_steps=16", "--set", "hidden=16,16", "--set", "num_minibatches=1",
+       "--set", "update_epochs=1"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with local_cluster() as started:
+        yield started
+
+
+class Run:
+    """`sparqrl train ALGO --env gym:CartPole-v1 --actors 2 --ray-address CLUSTER` in its own process."""
+
+    def __init__(self, tmp_path: Path, cluster, algo: list[str], steps: int, chunks: int):
+        self.out, self.log = tmp_path / "run", tmp_path / "stderr.txt"
+        argv = ["train", *algo, "--env", "gym:CartPole-v1", "--actors", "2", "--ray-address", cluster.address,
+                "--steps", str(steps), "--chunks", str(chunks), "--eval-every", "0", "--eval-episodes", "1",
+                "--checkpoint-every", "1000", "--no-progress", "--no-energy", "--out", str(self.out)]
+        self.start = time.perf_counter()
+        with open(self.log, "w") as stderr:
+            self.proc = subprocess.Popen([str(Path(sys.executable).with_name("sparqrl")), *argv], env=joining_env(),
+                                         stdout=subprocess.DEVNULL, stderr=stderr)
+
+    def nodes(self) -> dict[tuple[int, int], str]:
+        """(actor, incarnation) -> node id, from the run's log."""
+        return {(int(a), int(i)): node for a, i, node in NODE_LINE.findall(self.log.read_text())}
+
+    def rows(self) -> int:
+        metrics = self.out / "metrics.csv"
+        return max(metrics.read_text().count("\n") - 1, 0) if metrics.exists() else 0
+
+    def wait_for(self, what, timeout: float = 120.0):
+        deadline = time.time() + timeout
+        while time.time() < deadline and self.proc.poll() is None:
+            if what():
+                return
+            time.sleep(0.1)
+        assert self.proc.poll() is None, self.log.read_text()[-3000:]
+        raise AssertionError(f"not within {timeout} s; log: {self.log.read_text()[-3000:]}")
+
+    def finish(self) -> dict:
+        try:
+            code = self.proc.wait(timeout=240)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        print(f"\n{self.proc.args[1]}: {time.perf_counter() - self.start:.0f} s")
+        assert code == 0, self.log.read_text()[-3000:]
+        return json.loads((self.out / "summary.json").read_text())
+
+
+def test_every_node_of_the_test_cluster_is_on_loopback_and_named(cluster):
+    import ray._private.state
+
+    assert cluster.addresses() == [LOOPBACK] * 3
+    state = ray._private.state.GlobalState()
+    state._initialize_global_state(ray._raylet.GcsClientOptions.create(cluster.address, None, allow_cluster_id_nil=True,
+                                                                       fetch_cluster_id_if_nil=False))
+    nodes = [node for node in state.node_table() if node["Alive"]]
+    assert sorted(name for node in nodes for name in node["Resources"] if name.startswith("node_")) == [
+        "node_a", "node_b", "node_head"]
+    assert {node["NodeManagerAddress"] for node in nodes} == {LOOPBACK}
+
+
+def lose_a_node_mid_run(tmp_path, cluster, algo, steps, chunks) -> tuple[dict, dict, str]:
+    """Start a 2-actor run; once both actors have logged their nodes and the run has logged a chunk, remove a worker
+    node that runs one of them. Returns (summary, {(actor, incarnation): node}, the lost node's id)."""
+    cluster.restore()  # (after an earlier test's loss)
+    run = Run(tmp_path, cluster, algo, steps, chunks)
+    try:
+        run.wait_for(lambda: len(run.nodes()) == 2 and run.rows() >= 1)
+        first = run.nodes()
+        assert len(set(first.values())) == 2, first  # spread: one actor per node while actors <= nodes
+        lost = next(node for node in first.values() if node != cluster.head_id)
+        cluster.remove(lost)
+        print(f"\nnode lost after {time.perf_counter() - run.start:.0f} s")
+        summary = run.finish()
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    return summary, run.nodes(), lost
+
+
+def check_survived(summary: dict, nodes: dict, lost: str) -> None:
+    assert summary["nodes_lost"] == 1 and summary["actor_restarts"] >= 1, summary
+    assert summary["fragments_lost"] >= 1, summary  # the lost actor's requests in flight: dropped, counted
+    assert summary["version_order_violations"] == 0, summary
+    replacements = {place: node for place, node in nodes.items() if place[1] >= 1}
+    assert replacements and lost not in replacements.values(), nodes  # re-created, on surviving nodes
+    assert summary["actor_nodes"] == len(set(nodes.values())) >= 3, (summary, nodes)
+
+
+def test_apex_dqn_actors_spread_over_nodes_and_survive_a_lost_node(tmp_path, cluster):
+    summary, nodes, lost = lose_a_node_mid_run(tmp_path, cluster, DQN, steps=10_000, chunks=40)
+    check_survived(summary, nodes, lost)
+
+
+def test_ppo_survives_a_lost_node(tmp_path, cluster):
+    summary, nodes, lost = lose_a_node_mid_run(tmp_path, cluster, PPO, steps=20_000, chunks=40)
+    check_survived(summary, nodes, lost)
+
+
+def test_actors_per_node_reserves_k_per_node():
+    assert Placement().bundles(3) == ([{"CPU": 1.0}] * 3, "SPREAD")
+    assert Placement(2).bundles(5) == ([{"CPU": 2.0}, {"CPU": 2.0}, {"CPU": 1.0}], "STRICT_SPREAD")
+    assert [Placement(2).bundle(i) for i in range(5)] == [0, 0, 1, 1, 2]
+    with pytest.raises(ConfigError, match="actors_per_node=2 is not allowed: needs --ray-address"):
+        RunConfig(env="gym:CartPole-v1", actors=4, actors_per_node=2).validate()
