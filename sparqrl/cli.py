@@ -456,11 +456,12 @@ def _pbt(argv: list[str]) -> int:
         interval, rest = _take(rest, "--interval")
         ranges, rest = _take(rest, "--range", repeat=True)
         run, config = _parse_with_preset(algo_name, rest, "pbt")
-        cfg.require(bool(fields), "--fields", "", "is needed: the traced fields the population varies, e.g. lr,ent_coef")
+        cfg.require(bool(fields), "--fields", "", "is needed: the traced fields the population varies, e.g. "
+                    "lr,ent_coef")
         if signals.requested():
             raise KeyboardInterrupt
-        summary = pbt.train(algo_name, config, run, fields=fields[0], ranges=ranges,
-                            population=_positive_int("--population", population[0]) if population else pbt.DEFAULT_POPULATION,
+        size = _positive_int("--population", population[0]) if population else pbt.DEFAULT_POPULATION
+        summary = pbt.train(algo_name, config, run, fields=fields[0], ranges=ranges, population=size,
                             interval=_positive_int("--interval", interval[0]) if interval else None)
     print(json.dumps(summary, indent=2))
     return 0

@@ -35,7 +35,8 @@ def reference_step(scores, values, draws, low, high, log_scale, resample_prob):
         for f in range(fields):
             lo, hi, u = float(low[f]), float(high[f]), float(draws.value[b, f])
             if draws.resample[b, f] < resample_prob:
-                value = math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo))) if log_scale[f] else lo + u * (hi - lo)
+                value = (math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo))) if log_scale[f]
+                         else lo + u * (hi - lo))
             else:
                 value = float(values[donor, f]) * (0.8 if draws.up[b, f] < 0.5 else 1.2)
             new[b, f] = min(max(value, lo), hi)
@@ -157,7 +158,7 @@ def test_command_writes_pbt_csv_and_a_best_run_that_eval_and_resume_take(tmp_pat
     assert agent.act(np.zeros(4, np.float32)) in (0, 1)
     code, stdout, err = run_cli(capsys, "pbt", "--resume", str(out))
     assert code == 0 and "finished PBT run" in err
-    for command in (["eval", str(out)], ["train", "--resume", str(out)]):  # the population's folder is not a train run's
+    for command in (["eval", str(out)], ["train", "--resume", str(out)]):  # the population's is not a train run
         code, _, err = run_cli(capsys, *command)
         assert code == 2 and "is a PBT run's folder" in err and len(err.strip().splitlines()) == 1, err
 

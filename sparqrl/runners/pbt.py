@@ -31,7 +31,6 @@ import csv
 import dataclasses
 import io
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
@@ -382,8 +381,8 @@ class PBTDriver:
             if self._inflight is not None:
                 jax.block_until_ready(self._inflight)
             start = time.perf_counter()
-            self._evaluate = self._build("evaluate", anakin.eval_program(self.algo_at, self.env, self.run.eval_episodes),
-                                         self._init.out_info.train, self.hparams, self.eval_keys)
+            program = anakin.eval_program(self.algo_at, self.env, self.run.eval_episodes)
+            self._evaluate = self._build("evaluate", program, self._init.out_info.train, self.hparams, self.eval_keys)
             self.compile_time_s += time.perf_counter() - start
         return np.asarray(self._evaluate(state.train, state.hparams, self.eval_keys))
 
@@ -470,8 +469,9 @@ def write_best(rundir: RunDir, driver: PBTDriver, state: PBTState, member: int, 
             checkpointer.close()
         evaluation = anakin.evaluate_saved(best, driver.algo_name, config, run, run.eval_episodes, None)
         summary = {"algo": driver.algo_name, "env": run.env, "steps": updates * driver.env_steps_per_update,
-                   "seeds": 1, "final_return_mean": evaluation["return_mean"], "final_return_std": evaluation["return_std"],
-                   "final_return_per_seed": evaluation["return_per_seed"], "eval_episodes": run.eval_episodes,
+                   "seeds": 1, "final_return_mean": evaluation["return_mean"],
+                   "final_return_std": evaluation["return_std"], "final_return_per_seed": evaluation["return_per_seed"],
+                   "eval_episodes": run.eval_episodes,
                    "device": device_name(), "pbt_member": member, "hparams": {n: final[n] for n in driver.pbt.fields},
                    **totals}
         best.write_text(SUMMARY, json.dumps(summary, indent=2))
@@ -546,7 +546,8 @@ def resume(out: str | Path, *, progress: bool | None = None, trust: Trust = NOTH
     """Continue the PBT run in `out` from its newest intact checkpoint (a finished one: its summary)."""
     rundir, algo_name, algo_config, run = open_run_dir(out, trust=trust, pbt=True)
     pbt = saved_pbt(rundir.path)
-    cfg.require(pbt is not None, "--resume", str(out), "is not a PBT run's folder (`sparqrl train --resume` continues it)")
+    cfg.require(pbt is not None, "--resume", str(out),
+                "is not a PBT run's folder (`sparqrl train --resume` continues it)")
     require_trusted(trust, rundir.path / CONFIG, ray_address=run.ray_address)
     if progress is not None:
         run = dataclasses.replace(run, progress=progress)
