@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-import sparqrl.meta.act  # noqa: F401 (importing it registers the act:DIR env with sparqrl.envs)
+import sparqrl.meta.prefix  # noqa: F401 (importing it registers the act:DIR env with sparqrl.envs)
 from sparqrl import config as cfg, presets
 from sparqrl.algos import ALGORITHMS, get_algorithm
 from sparqrl.runners.run_config import RunConfig

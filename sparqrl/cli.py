@@ -22,7 +22,8 @@ from sparqrl import config as cfg, presets, quiet
 from sparqrl.argparsing import OneLineParser, add_import_flag
 from sparqrl.algos import ALGORITHMS, get_algorithm
 from sparqrl.envs import resolve_env_name
-from sparqrl.meta.act import ACT_PREFIX  # (importing it registers the act:DIR env with sparqrl.envs)
+import sparqrl.meta.prefix  # noqa: F401 (importing it registers the act:DIR env with sparqrl.envs)
+from sparqrl.meta.config import ACT_PREFIX
 from sparqrl.trust import NOTHING, Trust, named, require_trusted
 
 C = TypeVar("C")

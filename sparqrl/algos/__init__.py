@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from sparqrl.algos.base import Algorithm, evaluate, make_train_fn
+import lazy_loader
 
-__all__ = ["ALGORITHMS", "Algorithm", "evaluate", "get_algorithm", "make_train_fn"]
+# The base (JAX) loads on first use, so that `sparqrl train ALGO --help` reads the registry without JAX.
+__getattr__, __dir__, _lazy = lazy_loader.attach(__name__, submod_attrs={"base": ["Algorithm", "evaluate", "make_train_fn"]})
+__all__ = ["ALGORITHMS", "get_algorithm", *_lazy]
 
 # name -> module path; each module has `Config` (frozen dataclass) and `make_algorithm(config, env)`.
 ALGORITHMS = {"ppo": "sparqrl.algos.ppo", "dqn": "sparqrl.algos.dqn", "td3": "sparqrl.algos.td3", "sac": "sparqrl.algos.sac",

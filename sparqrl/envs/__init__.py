@@ -1,7 +1,8 @@
 """Environments: gymnax ids run on device, `brax:NAME` runs Brax on device, `gym:ID` runs
 Gymnasium on the host; a user's own runs as `gym:MODULE:ATTR` (host) or `jax:MODULE:ATTR` (device),
 see `sparqrl.envs.custom`. A name under a prefix that a package above this one owns is opened by what that
-package registers (`register_prefix`): `act:DIR` by `sparqrl.meta.act`, so `envs` imports nothing above it.
+package registers (`register_prefix`): `act:DIR` by `sparqrl.meta.prefix` (opened by `sparqrl.meta.act`), so
+`envs` imports nothing above it.
 
 `make_env(name)` returns a device `Env` wrapped with episode statistics; a host env is described by
 `host_spec(name)` and stepped by `HostVecEnv` in the actor-learner runner. An unknown name is a
@@ -15,9 +16,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
+import lazy_loader
+
 from sparqrl.config import ConfigError, close_matches
 from sparqrl.envs.core import Box, Discrete, Env, Space, StepOut, action_dim, is_atari, is_discrete, is_host_env
-from sparqrl.envs.wrappers import EpisodeStats, RunningStats, normalize, running_stats_init, running_stats_update
 
 __all__ = [
     "Box", "Discrete", "Env", "EpisodeStats", "HostSpec", "HostStep", "HostVecEnv", "RunningStats", "Space",
@@ -33,8 +35,8 @@ BRAX_NAMES = (
 
 
 class EnvPrefix(NamedTuple):
-    """How the names under a prefix owned by a package above `envs` are opened: that package registers one
-    (`register_prefix`) when it is imported, and the entry points (CLI, `sparqrl.api`, export) import it."""
+    """How the names under a prefix owned by a package above `envs` are opened: that package registers a
+    loader of one (`register_prefix`), and the entry points (CLI, `sparqrl.api`) import the registering module."""
 
     check: Callable[[str], Any]
     """Raise a one-line ConfigError for a bad name (what `validate_env_name` does for the others)."""
@@ -44,19 +46,21 @@ class EnvPrefix(NamedTuple):
     """The name as a run records it (checked), so that it rebuilds the same env later."""
 
 
-_PREFIXES: dict[str, EnvPrefix] = {}
-"""The registered prefixes and what opens their names."""
+_PREFIXES: dict[str, Callable[[], EnvPrefix]] = {}
+"""The registered prefixes and the loaders of what opens their names."""
 
 
-def register_prefix(prefix: str, opener: EnvPrefix) -> None:
-    """Open every env name that starts with `prefix` with `opener` (called by the package that owns it)."""
-    _PREFIXES[prefix] = opener
+def register_prefix(prefix: str, load: Callable[[], EnvPrefix]) -> None:
+    """Open every env name that starts with `prefix` with the EnvPrefix `load()` returns (called by the
+    package that owns the prefix). `load` runs at the first such name, so that what opens them (JAX, a run's
+    files) loads only when a command names one."""
+    _PREFIXES[prefix] = load
 
 
 def _opener(name: Any) -> EnvPrefix | None:
-    """What opens `name`, if it starts with a registered prefix (no import)."""
-    matches = [opener for prefix, opener in _PREFIXES.items() if isinstance(name, str) and name.startswith(prefix)]
-    return matches[0] if matches else None
+    """What opens `name`, if it starts with a registered prefix."""
+    matches = [load for prefix, load in _PREFIXES.items() if isinstance(name, str) and name.startswith(prefix)]
+    return matches[0]() if matches else None
 
 
 def resolve_env_name(name: str) -> str:
@@ -66,15 +70,11 @@ def resolve_env_name(name: str) -> str:
     return name if opener is None else opener.resolve(name)
 
 
-_HOST_NAMES = ("HostSpec", "HostStep", "HostVecEnv", "evaluate_host", "gym_names", "host_spec")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _HOST_NAMES:
-        from sparqrl.envs import gym_env
-
-        return getattr(gym_env, name)
-    raise AttributeError(f"module 'sparqrl.envs' has no attribute {name!r}")
+# Loaded on first use: the host names bring Gymnasium, the wrappers JAX (the command's help needs neither).
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    "gym_env": ["HostSpec", "HostStep", "HostVecEnv", "evaluate_host", "gym_names", "host_spec"],
+    "wrappers": ["EpisodeStats", "RunningStats", "normalize", "running_stats_init", "running_stats_update"],
+})
 
 
 def device_env_names() -> list[str]:
@@ -127,6 +127,7 @@ def make_env(name: str) -> Env:
             "runner (HostVecEnv), not make_env, which builds device environments only"
         )
     from sparqrl.envs import custom
+    from sparqrl.envs.wrappers import EpisodeStats
 
     if custom.is_custom(name):
         return EpisodeStats(custom.device_env(name))

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, NamedTuple, Protocol, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Union
 
-import jax
 import numpy as np
+
+if TYPE_CHECKING:  # annotations only: the command's help and set-up read the spaces without JAX
+    import jax
 
 from sparqrl.config import fail, require
 

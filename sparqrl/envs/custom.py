@@ -28,14 +28,15 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from sparqrl.config import ConfigError, fail, require
 from sparqrl.envs.core import HOST_PREFIX, Adapter, Box, Discrete, Space, StepOut
+
+if TYPE_CHECKING:  # JAX is imported where a device env is built: the names are read (trust, help) without it
+    import jax
 
 DEVICE_PREFIX = "jax:"
 LOCAL = "<local>"
@@ -304,10 +305,14 @@ class UserEnv(Adapter):
     and boolean ones are cast), rewards float32, and `truncated` only where not `terminated`."""
 
     def reset(self, key: jax.Array) -> tuple[jax.Array, Any]:
+        import jax.numpy as jnp
+
         obs, state = self.env.reset(key)
         return jnp.asarray(obs).astype(jnp.float32), state
 
     def step(self, key: jax.Array, state: Any, action: jax.Array) -> StepOut:
+        import jax.numpy as jnp
+
         out = self.env.step(key, state, action)
         terminated = jnp.asarray(out.terminated, jnp.bool_)
         return out._replace(
@@ -366,6 +371,9 @@ def device_env(name: str) -> UserEnv:
 
 def _trace_once(env: UserEnv) -> None:
     """Trace one reset and one step (`jax.eval_shape`: nothing runs or compiles) and check what they return."""
+    import jax
+    import jax.numpy as jnp
+
     name, key = env.name, jax.random.PRNGKey(0)
     try:
         reset = jax.eval_shape(env.env.reset, key)

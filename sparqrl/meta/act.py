@@ -39,10 +39,10 @@ import numpy as np
 from sparqrl import config as cfg
 from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM, make_train_fn
 from sparqrl.algos.ppo import objectives
-from sparqrl.envs import EnvPrefix, cheap_talk, register_prefix
+from sparqrl.envs import EnvPrefix, cheap_talk
 from sparqrl.envs.custom import module_of
 from sparqrl.envs.wrappers import EpisodeStats
-from sparqrl.meta.config import MetaConfig
+from sparqrl.meta.config import ACT_PREFIX, MetaConfig
 from sparqrl.meta.tasks import FITNESS, MetaTask, final_return, lifetime_return
 
 MODES = ("anti", "pro", "goal")
@@ -161,8 +161,6 @@ def final_evaluation(train: Callable[[Any, jax.Array], dict[str, jax.Array]], ze
 # Test time: a fresh victim against a run's adversary, held fixed (`act:DIR` environments)
 # --------------------------------------------------------------------------------------------------
 
-ACT_PREFIX = "act:"
-"""Names of ACT victim envs start with this: `act:DIR[:silent]` (registered with `sparqrl.envs` below)."""
 SILENT = "silent"
 """Suffix of `act:DIR:silent`: the run's victim env with a silent adversary (zero parameters: message 0)."""
 _DIGEST = "#sha256="
@@ -283,4 +281,5 @@ def resolve_env_name(name: str) -> str:
     return f"{ACT_PREFIX}{os.path.abspath(os.path.expanduser(run_dir))}{suffix}{_DIGEST}{digest}"
 
 
-register_prefix(ACT_PREFIX, EnvPrefix(check=open_env_name, make=env_from_name, resolve=resolve_env_name))
+OPENER = EnvPrefix(check=open_env_name, make=env_from_name, resolve=resolve_env_name)
+"""How `act:` env names are opened (`sparqrl.meta.prefix` registers it with `sparqrl.envs`)."""

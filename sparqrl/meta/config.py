@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from sparqrl.meta import tasks as meta_tasks
-
 DEFAULT_ENV = "CartPole-v1"
+ACT_PREFIX = "act:"
+"""Names of ACT victim envs start with this: `act:DIR[:silent]` (opened by `sparqrl.meta.act`, registered with
+`sparqrl.envs` by `sparqrl.meta.prefix`)."""
 ACT_FINAL_SEEDS_BEFORE = 8
 """The final evaluation's victims per side of an act run saved before `final_seeds` was a setting."""
 
@@ -137,4 +138,10 @@ class MetaConfig:
 
     @property
     def fitness_kind(self) -> str:
-        return self.fitness or meta_tasks.default_fitness(self.task)
+        """The fitness asked for, else the task's: the M-FOS meta-agent's mean reward per round (no other
+        choice), the lifetime return for value-loss and act, the final return otherwise."""
+        if self.fitness:
+            return self.fitness
+        if self.task == "mfos":
+            return "meta_return"
+        return "lifetime" if self.task in ("value-loss", "act") else "final"

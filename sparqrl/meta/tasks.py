@@ -219,12 +219,6 @@ def make_hparams_task(algo_name: str, env: Any, config: Any, fields: tuple[str, 
                     describe_genome=describe)
 
 
-def default_fitness(task: str) -> str:
-    if task == "mfos":
-        return "meta_return"  # the meta-agent's mean reward per round; no other choice
-    return "lifetime" if task in ("value-loss", "act") else "final"
-
-
 def check_task(task: str) -> None:
     if task not in TASKS:
         raise ConfigError(f"task={task!r} is not allowed: must be one of {', '.join(TASKS)}{close_matches(task, TASKS)}")

@@ -201,28 +201,3 @@ def check_due(env_steps_tm1: jax.Array, env_steps_t: jax.Array, interval: int) -
     """
     return env_steps_t // interval > env_steps_tm1 // interval
 
-
-def validate_replay(config: Any) -> None:
-    """Checks shared by the off-policy configs that use n-step windows and the dynamic buffer.
-
-    `config` needs: batch_size, num_envs, nstep, buffer_max_size, buffer_min_size, dynamic_buffer,
-    buffer_num_oldest and num_oldest. Raises `ConfigError` naming the field, value and what is allowed.
-    """
-    require(
-        config.buffer_min_size <= config.buffer_max_size, "buffer_min_size", config.buffer_min_size,
-        f"must be <= buffer_max_size ({config.buffer_max_size})",
-    )
-    require(
-        config.buffer_max_size >= config.nstep * config.num_envs, "buffer_max_size", config.buffer_max_size,
-        f"must hold at least one n-step window per env (nstep·num_envs = {config.nstep * config.num_envs})",
-    )
-    floor = max(config.batch_size, 2 * config.nstep * config.num_envs)
-    require(
-        config.buffer_min_size >= floor or not config.dynamic_buffer, "buffer_min_size", config.buffer_min_size,
-        f"must be >= max(batch_size, 2·nstep·num_envs) = {floor}, so a shrunk buffer still holds full windows",
-    )
-    require(config.buffer_num_oldest >= 0, "buffer_num_oldest", config.buffer_num_oldest, "must be >= 0 (0 = 8·batch_size)")
-    require(
-        config.num_oldest <= config.buffer_max_size, "buffer_num_oldest", config.buffer_num_oldest,
-        f"must give K <= buffer_max_size ({config.buffer_max_size}); K = {config.num_oldest}",
-    )

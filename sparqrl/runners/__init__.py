@@ -11,13 +11,18 @@ from typing import Any, Callable
 
 from sparqrl.config import require
 from sparqrl.envs import is_host_env
-from sparqrl.runners import anakin
+from sparqrl.runners.errors import RunFailed, RunInterrupted
 from sparqrl.runners.rundir import open_run_dir
 from sparqrl.runners.run_config import RunConfig, check_episodes
-from sparqrl.runners.session import (RunFailed, RunInterrupted, eval_summary, finished_summary, notify,
-                                     use_compile_cache)
 from sparqrl.telemetry import wandb_log
 from sparqrl.trust import NOTHING, Trust, require_trusted
+
+
+def _device_runner() -> Any:
+    """The on-device runner, imported at the first run (it loads JAX; the command's help and checks do not)."""
+    from sparqrl.runners import anakin
+
+    return anakin
 
 
 def _host_runner() -> Any:
@@ -29,12 +34,14 @@ def _host_runner() -> Any:
 
 def train(algo_name: str, algo_config: Any, run: RunConfig, **kwargs: Any) -> dict:
     """Train from scratch; returns the summary (also written to `run.out/summary.json`)."""
+    from sparqrl.runners.session import use_compile_cache
+
     _check_update_hook(run, kwargs)
     use_compile_cache(run.compile_cache)
     _check_loggers(run)
     if is_host_env(run.env):
         return _host_runner().train(algo_name, algo_config, run, **kwargs)
-    return anakin.train(algo_name, algo_config, run, **kwargs)
+    return _device_runner().train(algo_name, algo_config, run, **kwargs)
 
 
 def _check_update_hook(run: RunConfig, kwargs: dict[str, Any]) -> None:
@@ -56,6 +63,8 @@ def resume(out_dir: str | Path, progress: bool | None = None, trust: Trust = NOT
     (from the beginning when it has none yet). A finished run is left as it is: its summary is returned.
     `progress`: show the progress bar or not (default: as the run was started). `trust`: the modules and Ray
     address the command names (`sparqrl.trust`): those the folder names must be among them."""
+    from sparqrl.runners.session import finished_summary, notify, use_compile_cache
+
     rundir, algo_name, algo_config, run = open_run_dir(out_dir, trust=trust)
     require_trusted(trust, rundir.path / "config.json", ray_address=run.ray_address,  # before any Ray is joined
                     uploads=run.wandb is not None and run.wandb_mode == "online")
@@ -71,7 +80,7 @@ def resume(out_dir: str | Path, progress: bool | None = None, trust: Trust = NOT
         use_compile_cache(run.compile_cache)
         if is_host_env(run.env):
             return _host_runner().resume(rundir, algo_name, algo_config, run, **kwargs)
-        return anakin.resume(rundir, algo_name, algo_config, run, **kwargs)
+        return _device_runner().resume(rundir, algo_name, algo_config, run, **kwargs)
     finally:
         rundir.release()
 
@@ -83,7 +92,7 @@ def evaluate_saved(out_dir: str | Path, episodes: int | None = None, seed: int |
     episodes = run.eval_episodes if episodes is None else episodes
     require(episodes >= 1, "episodes", episodes, "must be >= 1")
     check_episodes("episodes", episodes)
-    runner = _host_runner() if is_host_env(run.env) else anakin
+    runner = _host_runner() if is_host_env(run.env) else _device_runner()
     return runner.evaluate_saved(rundir, algo_name, algo_config, run, episodes, seed)
 
 
@@ -102,6 +111,7 @@ def evaluate_policy(run: RunConfig, params: Any, act: Callable[[Any, Any, Any], 
     from sparqrl.algos import evaluate
     from sparqrl.envs import host_spec, make_env, validate_env_name
     from sparqrl.envs.custom import name_for
+    from sparqrl.runners.session import eval_summary
 
     require(isinstance(episodes, int) and episodes >= 1, "episodes", episodes, "must be an int >= 1")
     name = env if isinstance(env, str) else name_for(env)
@@ -121,6 +131,7 @@ def evaluate_policy(run: RunConfig, params: Any, act: Callable[[Any, Any, Any], 
         per_seed = np.array([evaluate_host(name, lambda o, i=i: np.asarray(
             batched(jax.tree.map(lambda x: x[i], params), o, key)), episodes, base + i).mean() for i in range(members)])
     else:
+        anakin = _device_runner()
         keys = anakin.member_keys(anakin.eval_keys(run.seed if seed is None else seed, run.seeds), members)
         returns = jax.jit(jax.vmap(lambda p, k: evaluate(target, act, p, k, episodes)))(params, keys)
         per_seed = np.asarray(returns).mean(axis=1)

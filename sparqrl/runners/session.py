@@ -37,6 +37,7 @@ from sparqrl.config import ConfigError
 from sparqrl.runfiles import LinkRefused
 from sparqrl.signals import StopRequests
 from sparqrl.runners.checkpoint import Checkpointer, DamagedCheckpoints, IncompatibleCheckpoints, NonFiniteState
+from sparqrl.runners.errors import RunFailed, RunInterrupted
 from sparqrl.runners.rundir import CONFIG, SUMMARY, RunDir, os_reason
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.telemetry import EnergyMeter, RunLogger, make_progress, plot_returns
@@ -46,15 +47,6 @@ from sparqrl.telemetry.wandb_log import WandbWriter
 WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 # Per-seed values that are not training metrics: NaN there is normal (no episode ended in a chunk).
 NOT_CHECKED = {"episode_return", "episodes", "eval_return"}
-
-
-class RunInterrupted(Exception):
-    """Raised after Ctrl-C / SIGTERM once the run has been left resumable."""
-
-
-class RunFailed(Exception):
-    """A run that cannot go on (non-finite values, a failed write, no intact checkpoint): one line
-    that says what happened and what the folder still holds."""
 
 
 ChunkHook = Callable[[int, dict[str, Any]], None]

@@ -4,22 +4,14 @@ al. 2018: per-slot epsilon, actor priorities, PER)."""
 
 from __future__ import annotations
 
-from sparqrl.algos.dqn.config import Config
-from sparqrl.algos.dqn.losses import apex_priority, chosen_q, q_target, td_loss, weighted_td_loss
-from sparqrl.algos.dqn.train import (
-    LearnerState,
-    Transition,
-    apex_epsilons,
-    epsilon_greedy,
-    epsilon_schedule,
-    make_acting,
-    make_actor_learner,
-    make_algorithm,
-    make_train,
-)
+import lazy_loader
 
-__all__ = [
-    "Config", "LearnerState", "Transition", "apex_epsilons", "apex_priority", "chosen_q",
-    "epsilon_greedy", "epsilon_schedule", "make_acting", "make_actor_learner", "make_algorithm", "make_train",
-    "q_target", "td_loss", "weighted_td_loss",
-]
+from sparqrl.algos.dqn.config import Config
+
+# The learner (JAX) loads on first use: the command's help and checks read the Config alone.
+__getattr__, __dir__, _lazy = lazy_loader.attach(__name__, submod_attrs={
+    "losses": ["apex_priority", "chosen_q", "q_target", "td_loss", "weighted_td_loss"],
+    "train": ["LearnerState", "Transition", "apex_epsilons", "epsilon_greedy", "epsilon_schedule", "make_acting",
+              "make_actor_learner", "make_algorithm", "make_train"],
+})
+__all__ = ["Config", *_lazy]

@@ -30,7 +30,6 @@ from typing import ClassVar, Literal, get_args
 
 from sparqrl.algos.config import TOPOLOGY, AlgoConfig, Allocation, InitMask, SparseMethod
 from sparqrl.config import auto, fail, in_unit_interval, is_number, one_of, positive, positive_int, require
-from sparqrl.replay.dynamic import validate_replay
 
 __all__ = ["TOPOLOGY", "Allocation", "InitMask", "OffPolicyConfig", "SparseMethod", "paper_env"]
 
@@ -224,3 +223,25 @@ class OffPolicyConfig(AlgoConfig):
         one_of("buffer_distance", self.buffer_distance, get_args(Distance))
         return resolved
 
+
+def validate_replay(config: OffPolicyConfig) -> None:
+    """The replay's checks (n-step windows, the dynamic buffer) on a config whose nstep and dynamic_buffer are
+    resolved. Raises `ConfigError` naming the field, value and what is allowed."""
+    require(
+        config.buffer_min_size <= config.buffer_max_size, "buffer_min_size", config.buffer_min_size,
+        f"must be <= buffer_max_size ({config.buffer_max_size})",
+    )
+    require(
+        config.buffer_max_size >= config.nstep * config.num_envs, "buffer_max_size", config.buffer_max_size,
+        f"must hold at least one n-step window per env (nstep·num_envs = {config.nstep * config.num_envs})",
+    )
+    floor = max(config.batch_size, 2 * config.nstep * config.num_envs)
+    require(
+        config.buffer_min_size >= floor or not config.dynamic_buffer, "buffer_min_size", config.buffer_min_size,
+        f"must be >= max(batch_size, 2·nstep·num_envs) = {floor}, so a shrunk buffer still holds full windows",
+    )
+    require(config.buffer_num_oldest >= 0, "buffer_num_oldest", config.buffer_num_oldest, "must be >= 0 (0 = 8·batch_size)")
+    require(
+        config.num_oldest <= config.buffer_max_size, "buffer_num_oldest", config.buffer_num_oldest,
+        f"must give K <= buffer_max_size ({config.buffer_max_size}); K = {config.num_oldest}",
+    )
