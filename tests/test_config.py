@@ -18,7 +18,8 @@ from sparqrl.meta.mfos import MfosConfig
 from sparqrl.meta.run import MetaConfig
 
 ENVS = {"ppo": "CartPole-v1", "dqn": "CartPole-v1", "impala": "CartPole-v1", "td3": "Pendulum-v1",
-        "sac": "Pendulum-v1", "a2c": "CartPole-v1"}
+        "sac": "Pendulum-v1", "a2c": "CartPole-v1",
+        "a3c": "CartPole-v1"}
 BASES = (AlgoConfig, AdamConfig, ActorCriticConfig)
 
 

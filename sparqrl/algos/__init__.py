@@ -10,7 +10,8 @@ __all__ = ["ALGORITHMS", "get_algorithm", *_lazy]
 
 # name -> module path; each module has `Config` (frozen dataclass) and `make_algorithm(config, env)`.
 ALGORITHMS = {"ppo": "sparqrl.algos.ppo", "dqn": "sparqrl.algos.dqn", "td3": "sparqrl.algos.td3", "sac": "sparqrl.algos.sac",
-              "impala": "sparqrl.algos.impala", "a2c": "sparqrl.algos.a2c"}
+              "impala": "sparqrl.algos.impala", "a2c": "sparqrl.algos.a2c",
+              "a3c": "sparqrl.algos.a3c"}
 
 
 def get_algorithm(name: str):

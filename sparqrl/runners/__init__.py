@@ -25,11 +25,12 @@ def _device_runner() -> Any:
     return anakin
 
 
-def _host_runner() -> Any:
-    """The actor-learner runner, imported only for host environments (it loads Gymnasium)."""
-    from sparqrl.runners import sebulba
+def _host_runner(algo_name: str | None = None) -> Any:
+    """The actor-learner runner, imported only for host environments (it loads Gymnasium): in gradient mode
+    (`gradients`) for an algorithm whose actors send gradients (A3C) when training, else `sebulba`."""
+    from sparqrl.runners import gradients, sebulba
 
-    return sebulba
+    return gradients if algo_name is not None and gradients.sends_gradients(algo_name) else sebulba
 
 
 def train(algo_name: str, algo_config: Any, run: RunConfig, **kwargs: Any) -> dict:
@@ -40,7 +41,7 @@ def train(algo_name: str, algo_config: Any, run: RunConfig, **kwargs: Any) -> di
     use_compile_cache(run.compile_cache)
     _check_loggers(run)
     if is_host_env(run.env):
-        return _host_runner().train(algo_name, algo_config, run, **kwargs)
+        return _host_runner(algo_name).train(algo_name, algo_config, run, **kwargs)
     return _device_runner().train(algo_name, algo_config, run, **kwargs)
 
 
@@ -79,7 +80,7 @@ def resume(out_dir: str | Path, progress: bool | None = None, trust: Trust = NOT
     try:
         use_compile_cache(run.compile_cache)
         if is_host_env(run.env):
-            return _host_runner().resume(rundir, algo_name, algo_config, run, **kwargs)
+            return _host_runner(algo_name).resume(rundir, algo_name, algo_config, run, **kwargs)
         return _device_runner().resume(rundir, algo_name, algo_config, run, **kwargs)
     finally:
         rundir.release()

@@ -54,7 +54,8 @@ class PolicyCopy(NamedTuple):
     nbytes: int  # bytes of the stacks, aux and features: what one broadcast carries
     aux: Any = None  # `Acting.aux` of each seed (numpy, fp32, leaves [seeds, ...]), or None
     features: Any = None  # the convolutions before the stacks (`Acting.features`): fp32 [seeds, ...], or None
-    params: Any = None  # central inference: the fp32 policy params [seeds, ...] for the server (actors get None)
+    params: Any = None  # the fp32 policy params [seeds, ...]: for the central inference server (actors get None),
+    # or for actors that compute gradients with them (A3C, `runners.gradients`)
 
 
 class Fragment(NamedTuple):
@@ -274,11 +275,11 @@ class InlinePool(_Replacements):
 
     backend = "inline"
 
-    def __init__(self, spec: ActorSpec, reseed: int = 0):
+    def __init__(self, spec: ActorSpec, reseed: int = 0, actor_class: type | None = None):
         super().__init__(spec.actors)
-        self.spec, self.reseed = spec, reseed
+        self.spec, self.reseed, self.actor_class = spec, reseed, actor_class or Actor
         self.central = CentralPolicy(spec) if spec.inference == "central" else None
-        self.actors = [Actor(spec, i, 0, reseed, self.central) for i in range(spec.actors)]
+        self.actors = [self.actor_class(spec, i, 0, reseed, self.central) for i in range(spec.actors)]
         self.requests: deque[tuple[int, PolicyCopy]] = deque()
 
     def publish(self, copy: PolicyCopy) -> PolicyCopy:
@@ -310,7 +311,7 @@ class InlinePool(_Replacements):
             old.close()
         except Exception:
             pass
-        self.actors[actor_id] = Actor(self.spec, actor_id, old.incarnation + 1, self.reseed, self.central)
+        self.actors[actor_id] = self.actor_class(self.spec, actor_id, old.incarnation + 1, self.reseed, self.central)
 
     def close(self) -> None:
         for actor in self.actors:
@@ -349,14 +350,16 @@ class RayPool(_Replacements):
 
     backend = "ray"
 
-    def __init__(self, spec: ActorSpec, reseed: int = 0, placement: Placement | None = None):
+    def __init__(self, spec: ActorSpec, reseed: int = 0, actor_class: type | None = None,
+                 placement: Placement | None = None):
         import ray
 
         super().__init__(spec.actors)
         self.ray, self.spec, self.reseed = ray, spec, reseed
         if not ray.is_initialized():
             raise RuntimeError("RayPool needs Ray started: use it inside `ray_session(...)`")
-        self.remote_actor = ray.remote(num_cpus=1, max_restarts=0, runtime_env={"env_vars": ACTOR_ENV})(Actor)
+        self.remote_actor = ray.remote(num_cpus=1, max_restarts=0, runtime_env={"env_vars": ACTOR_ENV})(
+            actor_class or Actor)
         self.placement, self.group, self.node_refs = placement, None, {}
         if placement is not None:
             self.group = self._reserve(placement)
@@ -615,12 +618,13 @@ def ray_session(address: str | None, actors: int) -> Iterator[None]:
         ray.shutdown()
 
 
-def make_pool(backend: str, spec: ActorSpec, reseed: int = 0, placement: Placement | None = None) -> InlinePool | RayPool:
-    """The actors of a run (a ray pool inside `ray_session`); `placement`: over a cluster's nodes (`Placement`), or
-    None, where Ray puts them (one node)."""
+def make_pool(backend: str, spec: ActorSpec, reseed: int = 0, actor_class: type | None = None,
+              placement: Placement | None = None) -> InlinePool | RayPool:
+    """The actors of a run (a ray pool inside `ray_session`); `actor_class`: `Actor` (None) or a subclass; `placement`:
+    over a cluster's nodes (`Placement`), or None, where Ray puts them (one node)."""
     if backend == "ray":
-        return RayPool(spec, reseed, placement=placement)
-    return InlinePool(spec, reseed)
+        return RayPool(spec, reseed, actor_class, placement)
+    return InlinePool(spec, reseed, actor_class)
 
 
 def quantized_copy(version: int, policy: Any, acting: Any, paths: Any, precision: str, granularity: str,

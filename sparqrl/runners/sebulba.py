@@ -121,21 +121,24 @@ def check_extras(run: RunConfig) -> None:
             check_ray_address(run.ray_address)  # (before the run folder is written)
 
 
-def train(algo_name: str, algo_config: Any, run: RunConfig, *, on_chunk: ChunkHook | None = None) -> dict:
-    """Train from scratch on a host environment; returns the summary (also in `run.out/summary.json`)."""
+def train(algo_name: str, algo_config: Any, run: RunConfig, *, on_chunk: ChunkHook | None = None,
+          driver: type | None = None) -> dict:
+    """Train from scratch on a host environment; returns the summary (also in `run.out/summary.json`).
+    driver: `SebulbaDriver` (None) or a subclass (`runners.gradients`)."""
     check_extras(run)
     prepared = Prepared(algo_name, algo_config, run)
     if run.preset not in ("auto", "none"):  # said once every check has passed, as on the device
         notify(presets.describe(run.preset, prepared.config, run.env))
     rundir = start_run_dir(algo_name, prepared.config, run)
-    return _run(prepared, algo_name, run, rundir, resuming=False, on_chunk=on_chunk)
+    return _run(prepared, algo_name, run, rundir, resuming=False, on_chunk=on_chunk, driver=driver)
 
 
 def resume(rundir: RunDir, algo_name: str, algo_config: Any, run: RunConfig, *,
-           on_chunk: ChunkHook | None = None) -> dict:
-    """Continue the run in `rundir` from its newest intact checkpoint (fresh host episodes)."""
+           on_chunk: ChunkHook | None = None, driver: type | None = None) -> dict:
+    """Continue the run in `rundir` from its newest intact checkpoint (fresh host episodes); driver: as `train`'s."""
     check_extras(run)
-    return _run(Prepared(algo_name, algo_config, run), algo_name, run, rundir, resuming=True, on_chunk=on_chunk)
+    return _run(Prepared(algo_name, algo_config, run), algo_name, run, rundir, resuming=True, on_chunk=on_chunk,
+                driver=driver)
 
 
 def _learn_fragment(al: ActorLearner):
@@ -164,12 +167,12 @@ def end_fragment(steps: Step) -> Step:
 
 
 def _run(p: Prepared, algo_name: str, run: RunConfig, rundir: RunDir, *, resuming: bool,
-         on_chunk: ChunkHook | None) -> dict:
+         on_chunk: ChunkHook | None, driver: type | None = None) -> dict:
     """One session of a run (fresh or resumed). Ray, when used, starts first: before the session's own
     threads (energy meter, logger, checkpointer, XLA's compiler); see `ray_session`."""
     processes = run.actors + (run.inference == "central")  # actors, and the central inference server
     with ray_session(run.ray_address, processes) if run.resolved_backend == "ray" else contextlib.nullcontext():
-        return run_session(rundir, run, algo_name, SebulbaDriver(p, algo_name, run), resuming=resuming,
+        return run_session(rundir, run, algo_name, (driver or SebulbaDriver)(p, algo_name, run), resuming=resuming,
                            on_chunk=on_chunk)
 
 
@@ -180,6 +183,9 @@ class SebulbaDriver:
     """The actor-learner run for the shared session loop: one chunk is `bounds[c] - bounds[c-1]`
     fragments, each learnt as it arrives. Checkpoints are numbered by learner updates (= policy
     versions): an interrupt saves the learner exactly where it stopped, which may be inside a chunk."""
+
+    actor_class: type | None = None  # what the pool runs: `Actor` (None) or a subclass (`runners.gradients`)
+    publishes_params = False  # True: every version carries the fp32 policy params too (`PolicyCopy.params`)
 
     def __init__(self, p: Prepared, algo_name: str, run: RunConfig):
         self.p, self.run = p, run
@@ -248,6 +254,8 @@ class SebulbaDriver:
         else:
             copy = quantized_copy(self.updates_done, policy, self.al.acting, self.p.paths, self.run.actor_precision,
                                   self.run.quant_granularity, env_steps)
+            if self.publishes_params:
+                copy = copy._replace(params=policy, nbytes=copy.nbytes + sum(x.nbytes for x in jax.tree.leaves(policy)))
         ref = self.pool.publish(copy)
         self.timers["publish_s"] += time.perf_counter() - start
         self.counts["versions"] += 1
@@ -257,7 +265,8 @@ class SebulbaDriver:
     def start(self, state: Any, updates_done: int, stop: StopRequests) -> None:
         self.learner, self.updates_done, self._stop = state, updates_done, stop
         self._pool_start = time.perf_counter()
-        self.pool = make_pool(self.run.resolved_backend, self.spec, reseed=updates_done, placement=self.placement)
+        self.pool = make_pool(self.run.resolved_backend, self.spec, reseed=updates_done, actor_class=self.actor_class,
+                              placement=self.placement)
         self._copy_ref = self._publish()
         for actor_id in range(self.run.actors):
             for _ in range(self.run.resolved_in_flight):
