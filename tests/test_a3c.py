@@ -146,8 +146,8 @@ def test_central_inference_is_refused(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-LEARN_STEPS = 150_000
-LEARN_THRESHOLD = 300.0
+LEARN_STEPS = 120_000
+LEARN_THRESHOLD = 200.0
 
 
 @RAY_SERIAL
