@@ -22,11 +22,12 @@ the starts the uniform draw allows), so the replayed item is the window and its 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from sparqrl import returns
 from sparqrl.replay import prioritized, uniform
 from sparqrl.replay.prioritized import PrioritizedSample, PrioritizedState
 from sparqrl.replay.uniform import BufferState, gather
@@ -128,3 +129,32 @@ def sample_prioritized_windows(state: PrioritizedState, key: jax.Array, batch_si
     windows = jax.tree.map(lambda store: store[slots, (items % streams)[:, None]], state.buffer.storage)
     weights = prioritized.importance_weights(probs, jnp.sum(starts), importance_exponent)
     return PrioritizedSample(windows, items, probs, weights)
+
+
+# ---- the one n-step draw of every learner (DQN's, TD3's and SAC's) -----------------------------------------------
+
+
+class DrawnWindows(NamedTuple):
+    """A batch of n-step windows as a gradient step reads them."""
+
+    items: Any  # every leaf [B, n, ...], with reward, terminated and truncated fields
+    terms: returns.NStepTerms  # their n-step return terms, cut at n_active (`returns.nstep_terms`)
+    weights: jax.Array | None = None  # float32 [B], prioritized replay's importance weights; None: uniform
+    slots: jax.Array | None = None  # int32 [B], prioritized replay's drawn items (slot·S + stream); None: uniform
+
+
+def draw_windows(buffer: BufferState | PrioritizedState, key: jax.Array, batch_size: int, horizon: int,
+                 gamma: float | jax.Array, n_active: int | jax.Array | None = None,
+                 importance_exponent: float | jax.Array | None = None) -> DrawnWindows:
+    """B windows of `horizon` consecutive steps of one stream and their n-step terms, cut at `n_active` (None:
+    horizon; traced: RLx2's delayed target, 1 before its delay, n after): uniformly (`sample_windows`, starts that
+    keep the first n_active steps stored) or, `importance_exponent` β given, by the priority of their start
+    (`sample_prioritized_windows`: whole windows only) with their importance weights and slots. One draw for
+    every n-step learner, so the windows and their targets' episode-end bookkeeping are written once."""
+    if importance_exponent is None:
+        items, weights, slots = sample_windows(buffer, key, batch_size, horizon, n_active), None, None
+    else:
+        drawn = sample_prioritized_windows(buffer, key, batch_size, horizon, importance_exponent)
+        items, weights, slots = drawn.items, drawn.importance_weights, drawn.slots
+    terms = returns.nstep_terms(items.reward, items.terminated, items.truncated, gamma, n_active)
+    return DrawnWindows(items, terms, weights, slots)

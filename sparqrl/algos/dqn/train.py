@@ -503,19 +503,16 @@ def _draw(config: Config, ring: Any, buffer: Any, key: jax.Array, iteration: jax
 
 
 def _draw_windows(config: Config, buffer: Any, key: jax.Array, iteration: jax.Array) -> replay_learner.Drawn:
-    """B windows of `nstep` consecutive steps of one env, uniformly (`replay.nstep.sample_windows`) or by the
-    priority of their start with importance weights (`replay.nstep.sample_prioritized_windows`), as the n-step
-    target reads them (NStepBatch): s_0, a_0, the window's terms and bootstrap observation s'_m."""
+    """B windows of `nstep` consecutive steps of one env, uniformly or by the priority of their start with
+    importance weights (`replay.nstep.draw_windows`), as the n-step target reads them (NStepBatch): s_0, a_0, the
+    window's terms and bootstrap observation s'_m."""
     del iteration
-    if config.prioritized:
-        drawn = nstep.sample_prioritized_windows(buffer, key, config.batch_size, config.nstep,
-                                                 config.importance_exponent)
-        window, weights, slots = drawn.items, drawn.importance_weights, drawn.slots
-    else:
-        window, weights, slots = nstep.sample_windows(buffer, key, config.batch_size, config.nstep), None, None
-    terms = returns.nstep_terms(window.reward, window.terminated, window.truncated, config.gamma)
+    drawn = nstep.draw_windows(buffer, key, config.batch_size, config.nstep, config.gamma,
+                               importance_exponent=config.importance_exponent if config.prioritized else None)
+    window, terms = drawn.items, drawn.terms
     boot_obs = returns.at_index(window.next_obs, terms.boot_index)
-    return replay_learner.Drawn(NStepBatch(window.obs[:, 0], window.action[:, 0], boot_obs, terms), weights, slots)
+    return replay_learner.Drawn(NStepBatch(window.obs[:, 0], window.action[:, 0], boot_obs, terms), drawn.weights,
+                                drawn.slots)
 
 
 def _store(config: Config, stacked: bool, buffer: Any, step: Step) -> Any:

@@ -241,9 +241,8 @@ def nstep_replay(config: OffPolicyConfig, agent: Agent) -> replay_learner.Replay
     def draw(buffer: replay.BufferState, key: jax.Array, iteration: jax.Array) -> replay_learner.Drawn:
         """B n-step windows and their (delayed) n-step terms: one-step before `nstep_delay` gradient steps, n after."""
         n_active = jnp.where(iteration >= config.nstep_delay, config.horizon, 1).astype(jnp.int32)
-        batch: Transition = nstep.sample_windows(buffer, key, config.batch_size, config.horizon, n_active)
-        terms = returns.nstep_terms(batch.reward, batch.terminated, batch.truncated, config.gamma, n_active)
-        return replay_learner.Drawn(Windows(batch, terms, n_active))
+        drawn = nstep.draw_windows(buffer, key, config.batch_size, config.horizon, config.gamma, n_active)
+        return replay_learner.Drawn(Windows(drawn.items, drawn.terms, n_active))
 
     def update(agent_state: Any, drawn: replay_learner.Drawn, iteration: jax.Array,
                key: jax.Array) -> replay_learner.Stepped:
