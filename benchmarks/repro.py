@@ -53,9 +53,12 @@ class Reference:
     """A published figure at (or near) the entry's budget, and where it is published."""
 
     value: float
-    spread: str
-    """As published (e.g. "± 13.05", the spread over the source's seeds); "" where none is given."""
+    spread: float | None
+    """The ± published beside it (the standard deviation over the source's seeds); None where none is given."""
     source: str
+
+    def text(self) -> str:
+        return f"{self.value:.2f}" + (f" ± {self.spread:.2f}" if self.spread is not None else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,23 +84,23 @@ class Entry:
     """Run by `--suite` without `--only` (False: only when named, as the CI slice)."""
 
 
-def _classic(name: str, algo: str, env: str, value: float, spread: str) -> Entry:
+def _classic(name: str, algo: str, env: str, value: float, spread: float) -> Entry:
     return Entry(name, "cpu", "gymnax classic control", algo, env, 500_000, 5,
                  Reference(value, spread, CLEANRL_PPO if algo == "ppo" else CLEANRL_DQN), CLEANRL_DIFFERS)
 
 
-MINATAR_NOTE = "10M steps x 3 seeds: hours on a 2-core CPU; not run yet"
-MUJOCO_NOTE = "host MuJoCo at 100-200 env steps/s on 2 cores: about an hour per seed; not run yet"
-GPU_NOTE = "a GPU machine's entry: not run yet"
+MINATAR_NOTE = "10M steps x 3 seeds, hours on a 2-core CPU"
+MUJOCO_NOTE = "host MuJoCo at 100-200 env steps/s on 2 cores: about an hour per seed"
+GPU_NOTE = "a GPU machine's entry"
 ENTRIES = (
-    _classic("ppo-cartpole", "ppo", "CartPole-v1", 492.40, "± 13.05"),
-    _classic("ppo-acrobot", "ppo", "Acrobot-v1", -89.93, "± 6.34"),
-    _classic("ppo-mountaincar", "ppo", "MountainCar-v0", -200.00, "± 0.00"),
-    _classic("dqn-cartpole", "dqn", "CartPole-v1", 488.69, "± 16.11"),
-    _classic("dqn-acrobot", "dqn", "Acrobot-v1", -91.54, "± 7.20"),
-    _classic("dqn-mountaincar", "dqn", "MountainCar-v0", -194.95, "± 8.48"),
+    _classic("ppo-cartpole", "ppo", "CartPole-v1", 492.40, 13.05),
+    _classic("ppo-acrobot", "ppo", "Acrobot-v1", -89.93, 6.34),
+    _classic("ppo-mountaincar", "ppo", "MountainCar-v0", -200.00, 0.0),
+    _classic("dqn-cartpole", "dqn", "CartPole-v1", 488.69, 16.11),
+    _classic("dqn-acrobot", "dqn", "Acrobot-v1", -91.54, 7.20),
+    _classic("dqn-mountaincar", "dqn", "MountainCar-v0", -194.95, 8.48),
     Entry("ppo-pendulum", "cpu", "gymnax classic control", "ppo", "Pendulum-v1", 300_000, 5,
-          Reference(-130.0, "", "gymnax README, 'Implemented Accelerated Environments': gymnax-blines' PPO/ES "
+          Reference(-130.0, None, "gymnax README, 'Implemented Accelerated Environments': gymnax-blines' PPO/ES "
                                 "checkpoint return"),
           "gymnax: a checkpoint's return, budget and evaluation not stated; ours: the ppo-pendulum preset at 300k "
           "steps (the defaults matrix's budget)"),
@@ -226,8 +229,7 @@ def run_entry(entry: Entry, out: Path, runs: Path) -> bool:
 
 
 def describe(entry: Entry) -> str:
-    ref = (f"{entry.reference.value:g} {entry.reference.spread} ({entry.reference.source})".replace("  ", " ")
-           if entry.reference else "reference: not recorded")
+    ref = f"{entry.reference.text()} ({entry.reference.source})" if entry.reference else "reference: not recorded"
     extra = " ".join(w for s in entry.settings for w in ("--set", s))
     return (f"{entry.name:<28} {entry.algo:<6} {entry.env:<22} {entry.steps:>11,} steps x {entry.seeds:<2} {extra}\n"
             f"{'':<28} {ref}\n{'':<28} differs: {entry.differs}" + (f"\n{'':<28} {entry.note}" if entry.note else ""))
