@@ -427,23 +427,24 @@ def pbt_csv(pbt: PBTConfig, history: Any, bounds: list[int], env_steps_per_updat
     return out.getvalue()
 
 
-def plot_pbt(pbt: PBTConfig, history: Any, steps: np.ndarray, png_path: Path, title: str) -> None:
-    """pbt.png: each member's schedule of every field and its score against env steps (a member's line jumps
-    where it copied another)."""
+def plot_pbt(pbt: PBTConfig, history: Any, ends: np.ndarray, png_path: Path, title: str) -> None:
+    """pbt.png: each member's schedule of every field (a member's line jumps where it copied another) and its
+    score at the end of each interval, against env steps; `ends`: each interval's last env step."""
     from sparqrl.telemetry.plots import finish_axes, pyplot, save_figure
 
     panels = len(pbt.fields) + 1
     fig, axes = pyplot().subplots(1, panels, figsize=(4.5 * panels, 3.8), squeeze=False)
+    starts = np.concatenate([[0], ends])
     for i, (ax, name) in enumerate(zip(axes[0], pbt.fields)):
-        for m in range(pbt.population):
-            ax.step(steps, history.values[:, m, i], where="post", alpha=0.7)
+        for m in range(pbt.population):  # each interval's value from its start to its end
+            ax.step(starts, np.append(history.values[:, m, i], history.values[-1, m, i]), where="post", alpha=0.7)
         if pbt.log_scale()[i] and pbt.high[i] / pbt.low[i] >= 10:
             ax.set_yscale("log")
         finish_axes(ax, "env step", name, legend=False)
     score = np.where(history.scored, history.score, np.nan)
     for m in range(pbt.population):
-        axes[0][-1].plot(steps, score[:, m], alpha=0.7)
-    finish_axes(axes[0][-1], "env step", "score (" + SCORE + ")", legend=False)
+        axes[0][-1].plot(ends, score[:, m], marker=".", alpha=0.7)
+    finish_axes(axes[0][-1], "env step", "score: interval's mean episode return", legend=False)
     fig.suptitle(title)
     save_figure(fig, png_path)
 
@@ -492,8 +493,7 @@ class PBTRecords(TrainRecords):
         driver, pbt = self.driver, self.driver.pbt
         history = jax.device_get(state.history)
         rundir.write_text("pbt.csv", pbt_csv(pbt, history, driver.bounds, driver.env_steps_per_update))
-        steps = np.array([0, *driver.bounds[:-1]]) * driver.env_steps_per_update
-        plot_pbt(pbt, history, steps, rundir.claim("pbt.png"),
+        plot_pbt(pbt, history, np.array(driver.bounds) * driver.env_steps_per_update, rundir.claim("pbt.png"),
                  f"PBT {driver.algo_name} on {driver.run.env}: {pbt.population} members, every {pbt.interval} updates")
         final = np.asarray(summary["final_return_per_seed"])
         member = int(np.argmax(final))
