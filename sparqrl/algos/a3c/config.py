@@ -26,6 +26,6 @@ class Config(A2CConfig):
         for name in ("normalize_obs", "normalize_reward"):
             require(not getattr(self, name), name, getattr(self, name), "must be false for a3c: its actors compute "
                     "gradients without the learner's running statistics (a2c has them)")
-        require(not self.masked, "sparse", self.sparse, "must be dense or tiny for a3c: its actors compute dense "
-                "gradients without the learner's masks (a2c trains sparse)")
+        require(not self.masked, "sparse", self.sparse, "must be dense for a3c: its actors compute dense gradients "
+                "without the learner's masks (a2c trains sparse)")
         return self
