@@ -273,7 +273,8 @@ def test_on_device_runs_the_one_learner_with_ape_x_parts_when_asked(cartpole):
     # Left alone: PureJaxRL's DQN on device, Ape-X's on the actor-learner runner; what is set is kept.
     device, host = dqn.Config().for_runner(on_device=True), dqn.Config().for_runner(on_device=False)
     assert (device.prioritized, device.exploration, host.prioritized, host.exploration) == (False, "schedule", True, "apex")
-    assert config.for_runner(on_device=True) == config
+    # (nstep and its delay, unset in SMALL, are resolved too: the one-step target on device, no delay)
+    assert config.for_runner(on_device=True) == dataclasses.replace(config, nstep=1, nstep_delay_fraction=0.0)
 
 
 # ---- learning ------------------------------------------------------------------------------

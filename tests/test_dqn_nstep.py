@@ -59,8 +59,9 @@ def _np_nstep_target(steps, t0, e, q_target, q_online, double, ends=()):
 
 
 def _config(**changes):
+    """The hand-made replay's config, resolved for the device runner as `make_algorithm` resolves it."""
     return dqn.Config(num_envs=N, buffer_size=SLOTS * N, batch_size=256, nstep=NSTEP, gamma=GAMMA,
-                      hidden=(16,), **changes)
+                      hidden=(16,), **changes).for_runner(on_device=True)
 
 
 @pytest.mark.parametrize("prioritized, ends", [(False, ()), (False, (5, 8)), (True, ()), (True, (5, 8))])
@@ -138,6 +139,11 @@ def test_nstep_runs_on_device_with_windows_of_every_env(prioritized):
     ({"nstep": 2.5}, r"nstep=2.5 .*integer"),
     ({"nstep": 4, "buffer_size": 30, "batch_size": 16}, r"nstep=4 .*buffer_size // num_envs \(3\)"),
     ({"nstep": 4, "total_timesteps": 30}, r"nstep=4 .*total_timesteps // num_envs \(3\)"),
+    ({"nstep_delay_fraction": 1.5}, r"nstep_delay_fraction=1.5 .*\[0, 1\]"),
+    ({"nstep_delay_fraction": -0.1}, r"nstep_delay_fraction=-0.1 .*\[0, 1\]"),
+    ({"nstep_delay_fraction": "soon"}, r"nstep_delay_fraction='?soon'? .*a number"),
+    ({"sparse": "rlx2", "sparsity": 0.8, "buffer_size": 20, "batch_size": 16},
+     r"nstep=3 .*buffer_size // num_envs \(2\)"),  # rlx2's n = 3, checked once resolved
 ])
 def test_bad_nstep_is_refused_before_tracing(changes, pattern):
     config = dataclasses.replace(dqn.Config(), **changes)
@@ -149,12 +155,13 @@ def test_bad_nstep_is_refused_before_tracing(changes, pattern):
     ("CartPole-v1", ["nstep=0"]),
     ("CartPole-v1", ["nstep=400"]),  # above total_timesteps // num_envs (200)
     ("gym:CartPole-v1", ["nstep=0"]),  # the actor-learner runner checks it too
+    ("CartPole-v1", ["nstep_delay_fraction=2"]),
 ])
 def test_bad_nstep_is_one_line_and_exit_2(capsys, tmp_path, env, sets):
     sets = [arg for s in sets for arg in ("--set", s)]
     code, _, err = run_cli(capsys, "train", "dqn", "--env", env, "--steps", "2000", *sets, "--no-progress",
                            "--no-energy", "--out", str(tmp_path / "run"))
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "nstep=" in err, err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and sets[1].split("=")[0] + "=" in err, err
 
 
 def test_nstep_is_refused_with_atari_stacked_frames():
@@ -230,3 +237,81 @@ def test_nstep_trains_on_the_actor_learner_runner(capsys, tmp_path):
     assert json.loads((out / "config.json").read_text())["config"]["nstep"] == 3
     rows = list(csv.DictReader((out / "metrics.csv").open()))
     assert float(rows[-1]["loss"]) > 0 and 0 < float(rows[-1]["is_weight_min"]) < 1
+
+
+# ---- RLx2's delayed multi-step target (sparse=rlx2) ----------------------------------------------------------------
+
+
+def test_nstep_resolves_by_runner_method_and_stacked_frames():
+    """None: 3 with RLx2's delay (0.1 of the gradient steps) for sparse=rlx2; otherwise without a delay, 1 on device
+    (PureJaxRL's) and 3 on the actor-learner runner (Ape-X's); 1 with Atari's stacked frames, where an unset nstep
+    is no error; values set are kept."""
+    assert dqn.Config().for_runner(on_device=True).nstep == 1
+    host = dqn.Config().for_runner(on_device=False)
+    assert (host.nstep, host.nstep_delay_fraction) == (3, 0.0)
+    assert dqn.Config().for_runner(on_device=False, stacked=True).nstep == 1
+    assert dqn.Config(nstep=1).for_runner(on_device=False).nstep == 1
+    assert dqn.make_actor_learner(dqn.Config(), host_spec("gym:CartPole-v1")).joins_fragments  # n = 3 windows
+    rlx2 = dqn.Config(sparse="rlx2", sparsity=0.8)
+    for on_device in (True, False):
+        resolved = rlx2.for_runner(on_device)
+        assert (resolved.nstep, resolved.nstep_delay_fraction) == (3, 0.1)
+        assert resolved.nstep_delay == int(0.1 * resolved.num_gradient_steps) > 0
+    assert rlx2.for_runner(False, stacked=True).nstep == 1
+    assert dataclasses.replace(rlx2, nstep=5, nstep_delay_fraction=0.5).for_runner(True).nstep_delay_fraction == 0.5
+    assert dataclasses.replace(rlx2, nstep=5).for_runner(True).nstep == 5
+    dense = dqn.Config(nstep=3).for_runner(True)
+    assert (dense.nstep, dense.nstep_delay_fraction, dense.nstep_delay) == (3, 0.0, 0)
+    breakout = HostSpec("gym:ALE/Breakout-v5", (84, 84, 4), Discrete(4), 100)
+    assert not dqn.make_actor_learner(dqn.Config(sparse="rlx2", sparsity=0.8), breakout).joins_fragments
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_delayed_target_is_one_step_until_the_delay(prioritized):
+    """Gradient steps 1 .. d − 1 (1-based, as RLx2's code and td3/sac count) regress on the one-step target
+    r_0 + γ(1 − terminated_0)·Q'(s'_0), step d on the n-step one: the same windows and terms as without a delay
+    (to float rounding: a traced horizon fuses otherwise)."""
+    steps = _hand_made_steps()
+    priority = np.random.default_rng(1).uniform(0.5, 2.0, size=(T, N)).astype(np.float32)
+    config = _config(prioritized=prioritized, nstep_delay_fraction=0.5, total_timesteps=3_000, learning_starts=0,
+                     train_interval=N)
+    delay = config.nstep_delay
+    assert delay == 457  # half of the 1000 − 85 gradient steps (one per update once 256 env steps are stored)
+    undelayed = dataclasses.replace(config, nstep_delay_fraction=0.0)
+    buffer = dqn_train._init_replay(config, dqn_train._example_transition((4,)), config.buffer_size)
+    step = Step(**steps, extra=None, priority=priority)
+    for t in range(T):
+        buffer = dqn_train._store(config, False, buffer, jax.tree.map(lambda x: jnp.asarray(x[t]), step))
+    key = jax.random.key(3)
+    draw = jax.jit(dqn_train._draw_windows, static_argnums=0)
+    before, at = draw(config, buffer, key, jnp.int32(delay - 1)), draw(config, buffer, key, jnp.int32(delay))
+    assert int(before.batch.n_active) == 1 and int(at.batch.n_active) == NSTEP
+    t0 = np.asarray(before.batch.obs[:, 0]).astype(int)
+    env = np.asarray(before.batch.obs[:, 1]).astype(int)
+    np.testing.assert_allclose(np.asarray(before.batch.terms.reward_sum), steps["reward"][t0, env], rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(before.batch.terms.boot_index), 0)
+    np.testing.assert_allclose(np.asarray(before.batch.terms.boot_discount),
+                               GAMMA * (1.0 - steps["terminated"][t0, env]), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(before.batch.next_obs), steps["next_obs"][t0, env])
+    want = draw(undelayed, buffer, key, jnp.int32(1))
+    for got, expected in zip(jax.tree.leaves(at.batch.terms) + [at.batch.obs, at.batch.next_obs],
+                             jax.tree.leaves(want.batch.terms) + [want.batch.obs, want.batch.next_obs]):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-6, atol=1e-6)  # rounding only
+    assert np.any(np.asarray(at.batch.terms.boot_index) > 0)  # the n-step windows reach past their first step
+
+
+def test_rlx2_logs_the_horizon_switching_at_the_delay():
+    """A short sparse=rlx2 run on device, one gradient step per update: "nstep" is 0 before learning, 1 for
+    gradient steps 1 .. d − 1, 3 from step d on; the Q-network keeps its sparsity."""
+    config = dqn.Config(total_timesteps=1_200, num_envs=4, buffer_size=400, batch_size=16, learning_starts=0,
+                        train_interval=4, target_update_interval=100, hidden=(32, 32), sparse="rlx2", sparsity=0.8)
+    delay = config.for_runner(True).nstep_delay
+    assert delay == 29  # 0.1 of 297 gradient steps (updates 3 .. 299: learning waits for n rows of 4 envs)
+    _, metrics = jax.jit(make_train_fn(dqn.make_algorithm(config, make_env("CartPole-v1"))))(jax.random.key(0))
+    grad = np.asarray(metrics["gradient_steps"])
+    horizon = np.asarray(metrics["nstep"])
+    taken = np.cumsum(grad)
+    np.testing.assert_array_equal(horizon[grad == 0], 0.0)
+    np.testing.assert_array_equal(horizon[(grad == 1) & (taken < delay)], 1.0)
+    np.testing.assert_array_equal(horizon[(grad == 1) & (taken >= delay)], 3.0)
+    assert np.sum(horizon == 1.0) == delay - 1

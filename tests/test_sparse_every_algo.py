@@ -169,8 +169,9 @@ def test_ppo_learns_cartpole_at_80_percent_sparsity(tmp_path):
 
 @pytest.mark.slow
 def test_dqn_learns_cartpole_with_rlx2_at_80_percent(tmp_path):
-    """DQN's rlx2 (RigL at --sparsity 0.8) on CartPole-v1, 200k steps: measured [379.0, 372.6] per seed."""
+    """DQN's rlx2 (RigL at --sparsity 0.8 + RLx2's delayed 3-step target) on CartPole-v1, 200k steps: measured
+    [500.0, 500.0] per seed (greedy 500 on both from 120k steps on); RigL alone (one-step) reached [379.0, 372.6]."""
     summary = train_as_users_do(tmp_path / "dqn", "dqn", "CartPole-v1", seeds=2, steps=200_000,
                                 sets=("sparse=rlx2", "sparsity=0.8"))
     assert summary["q_sparsity"] == pytest.approx(0.8, abs=1e-3)
-    assert min(summary["final_return_per_seed"]) >= 250, summary["final_return_per_seed"]
+    assert min(summary["final_return_per_seed"]) >= 400, summary["final_return_per_seed"]

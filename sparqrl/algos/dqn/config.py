@@ -11,7 +11,7 @@ import dataclasses
 from typing import ClassVar, Literal, get_args
 
 from sparqrl.algos.config import AdamConfig
-from sparqrl.config import auto, fail, in_unit_interval, one_of, positive, positive_int, require
+from sparqrl.config import auto, fail, in_unit_interval, is_number, one_of, positive, positive_int, require
 from sparqrl.envs import Env, is_discrete
 
 Exploration = Literal["auto", "schedule", "apex"]
@@ -24,8 +24,9 @@ class Config(AdamConfig):
     # Fields the compiled program takes as traced inputs (`algos.base`): a sweep or an evolved
     # population varies them inside one program. Every other field is static.
     TRACED: ClassVar[tuple[str, ...]] = ("lr", "epsilon_start", "epsilon_finish", "tau", "gamma")
-    # Sparse training of the one Q-network (`--sparsity`). rlx2 for DQN is its RigL topology at that sparsity
-    # (RLx2's dynamic buffer measures a continuous policy's action distance: td3/sac only).
+    # Sparse training of the one Q-network (`--sparsity`). rlx2 for DQN is its RigL topology at that sparsity with
+    # RLx2's delayed multi-step target (`nstep`, `nstep_delay_fraction`); RLx2's dynamic buffer measures a continuous
+    # policy's action distance to the stored reference actions: td3/sac only.
     SPARSE_METHODS: ClassVar[tuple[str, ...]] = ("dense", "ss", "set", "rigl", "rlx2")
     SPARSE_REFUSED: ClassVar[str] = "tiny is td3/sac's baseline"
     SPARSE_NETWORKS: ClassVar[tuple[str, ...]] = ()
@@ -68,13 +69,21 @@ class Config(AdamConfig):
     double_dqn: bool = False
     """Double DQN: the online network picks the next action, the target network values it."""
 
-    nstep: int = 1
+    nstep: int | None = None
     """n of the n-step Q-learning target y = Σ_{k<n} γ^k r_k + γ^n Q'(s_n, a*) (Mnih et al. 2016; Hessel et al.
     2018's Rainbow and Horgan et al. 2018's Ape-X: n = 3), on windows of n consecutive steps of one env drawn from
     the replay (prioritized: by the priority of the window's start); a termination inside the window cuts the rest
     and the bootstrap, a truncation stops the sum there and bootstraps from that step's final observation
     (`sparqrl.returns.nstep_terms`); on the actor-learner runner so does the end of each actor's fragment. 1: the
-    one-step target. n > 1 is not available with Atari's stacked frames."""
+    one-step target. n > 1 is not available with Atari's stacked frames. None (`for_runner`): 3 with sparse=rlx2
+    (RLx2's delayed multi-step target, rlx2.md §4) and on the actor-learner runner (Ape-X's n: 2 of 20 seeds
+    below 400 on gym:CartPole-v1 against 5 of 20 with n = 1, BENCHMARKS.md "DQN n-step on the actor-learner
+    runner"), 1 on device (PureJaxRL's one-step DQN); 1 with Atari's stacked frames."""
+
+    nstep_delay_fraction: float | None = None
+    """RLx2's delayed multi-step target: one-step targets for the first fraction of the run's gradient steps, the
+    n-step target after (RLx2: 300,000 of 3e6 training iterations; td3/sac's field of the same name). None: 0.1 with
+    sparse=rlx2 (as td3/sac), else 0 (n-step from the first gradient step)."""
 
     max_grad_norm: float = 10.0
     """Clip gradients to this global norm; 0 turns clipping off."""
@@ -117,14 +126,19 @@ class Config(AdamConfig):
 
     # ---- derived values -------------------------------------------------------------------
 
-    def for_runner(self, on_device: bool) -> "Config":
-        """`prioritized` and `exploration` resolved for a runner: uniform replay and the epsilon schedule
-        on device (PureJaxRL's DQN), Ape-X's prioritized replay and per-slot epsilons on the actor-learner
-        runner. Values already set are kept."""
+    def for_runner(self, on_device: bool, stacked: bool = False) -> "Config":
+        """`prioritized`, `exploration`, `nstep` and `nstep_delay_fraction` resolved for a runner: uniform replay and
+        the epsilon schedule on device (PureJaxRL's DQN), Ape-X's prioritized replay, per-slot epsilons and n = 3
+        on the actor-learner runner; n = 3 with RLx2's delay for sparse=rlx2 on either; n = 1 with Atari's stacked
+        frames (`stacked`), whose replay holds one-step items. Values already set are kept."""
+        rlx2 = self.sparse == "rlx2"
         return dataclasses.replace(
             self,
             prioritized=(not on_device) if self.prioritized is None else self.prioritized,
             exploration=("schedule" if on_device else "apex") if self.exploration == "auto" else self.exploration,
+            nstep=(1 if stacked or (on_device and not rlx2) else 3) if self.nstep is None else self.nstep,
+            nstep_delay_fraction=(0.1 if rlx2 else 0.0) if self.nstep_delay_fraction is None
+            else self.nstep_delay_fraction,
         )
 
     @property
@@ -144,9 +158,10 @@ class Config(AdamConfig):
     @property
     def learning_start_step(self) -> int:
         """Env steps after which gradient steps begin (learning_starts resolved; the buffer must hold a batch and
-        an n-step window of every env: nstep·num_envs, which one update's num_envs env steps always reach at 1)."""
+        an n-step window of every env: nstep·num_envs, which one update's num_envs env steps always reach at 1;
+        nstep not yet resolved (`for_runner`) counts 1)."""
         return max(auto(self.learning_starts, 10_000, 0.1 * self.total_timesteps), self.batch_size,
-                   self.nstep * self.num_envs)
+                   (self.nstep or 1) * self.num_envs)
 
     @property
     def epsilon_steps(self) -> int:
@@ -171,13 +186,21 @@ class Config(AdamConfig):
             return 0
         return (self.num_updates * n) // interval - (first * n) // interval
 
+    @property
+    def nstep_delay(self) -> int:
+        """d, nstep_delay_fraction of the run's gradient steps (of a resolved config, `for_runner`): gradient steps
+        1 .. d − 1 use one-step targets, step d on the n-step target (RLx2's code: n once its 1-based training
+        iteration count reaches the delay, as td3/sac); 0: n-step from the first."""
+        return int(self.nstep_delay_fraction * self.num_gradient_steps)
+
     # ---- checks ---------------------------------------------------------------------------
 
     def validate(self, env: Env | None = None) -> "Config":
         """Raise a `ConfigError` naming the field, its value and what is allowed; return self."""
         self.check_fields()
-        for name in ("buffer_size", "batch_size", "target_update_interval", "train_interval", "nstep") + (
-                ("epsilon_anneal_time",) if self.epsilon_anneal_time is not None else ()):
+        for name in ("buffer_size", "batch_size", "target_update_interval", "train_interval") + (
+                ("epsilon_anneal_time",) if self.epsilon_anneal_time is not None else ()) + (
+                ("nstep",) if self.nstep is not None else ()):
             positive_int(name, getattr(self, name))
         require(self.learning_starts is None or self.learning_starts >= 0, "learning_starts", self.learning_starts,
                 "must be >= 0 (or None: 10,000 capped at 10 % of total_timesteps)")
@@ -193,16 +216,21 @@ class Config(AdamConfig):
             self.num_envs <= self.buffer_size, "num_envs", self.num_envs,
             f"must be <= buffer_size ({self.buffer_size}): one update adds num_envs transitions",
         )
-        require(
-            self.nstep * self.num_envs <= self.buffer_size, "nstep", self.nstep,
-            f"must be <= buffer_size // num_envs ({self.buffer_size // self.num_envs}): the replay holds an n-step "
-            f"window of every env",
-        )
-        require(
-            self.nstep * self.num_envs <= self.total_timesteps, "nstep", self.nstep,
-            f"must be <= total_timesteps // num_envs ({self.total_timesteps // self.num_envs}): the run fills an "
-            f"n-step window of every env",
-        )
+        if self.nstep is not None:  # else checked once `for_runner` has resolved it
+            require(
+                self.nstep * self.num_envs <= self.buffer_size, "nstep", self.nstep,
+                f"must be <= buffer_size // num_envs ({self.buffer_size // self.num_envs}): the replay holds an "
+                f"n-step window of every env",
+            )
+            require(
+                self.nstep * self.num_envs <= self.total_timesteps, "nstep", self.nstep,
+                f"must be <= total_timesteps // num_envs ({self.total_timesteps // self.num_envs}): the run fills an "
+                f"n-step window of every env",
+            )
+        if self.nstep_delay_fraction is not None:
+            require(is_number(self.nstep_delay_fraction), "nstep_delay_fraction", self.nstep_delay_fraction,
+                    "must be a number in [0, 1] (or None: 0.1 with sparse=rlx2, else 0)")
+            in_unit_interval("nstep_delay_fraction", self.nstep_delay_fraction)
         require(
             self.learning_start_step <= self.total_timesteps, "learning_starts", self.learning_starts,
             f"must be <= total_timesteps ({self.total_timesteps})",

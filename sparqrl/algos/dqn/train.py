@@ -48,6 +48,12 @@ the uniform window replay plus a weight per window, drawn by the same sampler as
 Ape-X's actors, which keep their last n − 1 steps across fragments, cut only at episode ends); only a
 window's initial priority is its first step's one-step |δ| instead of the n-step one. nstep = 1 is the
 one-step program unchanged.
+
+RLx2 (`sparse=rlx2`; Tan et al. 2023, `rlx2.md` §4): RigL on the Q-network and the delayed multi-step target,
+n = 3 (`nstep` None, `Config.for_runner`) with the windows' terms cut at one step until `nstep_delay` gradient
+steps (a traced horizon, `replay.nstep.draw_windows`), as td3/sac do; the horizon is logged as "nstep". RLx2's
+dynamic-capacity buffer is not used: its policy distance compares a continuous policy's action with each stored
+noise-free reference action, which an epsilon-greedy DQN's replay does not hold.
 """
 
 from __future__ import annotations
@@ -120,6 +126,7 @@ class NStepBatch(NamedTuple):
     action: jax.Array  # int32 [B], a_0
     next_obs: jax.Array  # [B, *obs_shape], s'_m: the observation the target bootstraps from
     terms: returns.NStepTerms  # the window's reward sum and bootstrap discount
+    n_active: int | jax.Array  # the horizon the terms are cut at: nstep, or int32 [] under RLx2's delay
 
 
 class LearnerState(NamedTuple):
@@ -269,6 +276,8 @@ def make_update(
         updates, opt_state = optimizer.update(grads, online.opt_state, online.params)
         one = jnp.ones((), jnp.float32)
         metrics = {"loss": (loss, one), "q_mean": (q_mean, one), "td_abs_mean": (jnp.mean(td_abs), one)}
+        if config.nstep > 1:  # the horizon of the targets (RLx2's delay: 1, then n), as td3/sac log it
+            metrics["nstep"] = (jnp.asarray(drawn.batch.n_active, jnp.float32), one)
         return replay_learner.Stepped(Online(optax.apply_updates(online.params, updates), opt_state), metrics, td_abs)
 
     return update
@@ -347,11 +356,11 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
     """DQN's learner for a host env `spec` (`sparqrl.envs.gym_env.HostSpec`: name, observation_shape,
     action_space) or a JAX env (`make_algorithm`); on Atari its frame ring is sized for fragments of
     `fragment_steps` env steps. The config is checked here, before anything is traced."""
+    stacked = is_atari(spec.name)  # frame stacks: each frame stored once (`replay.frames`)
+    config = config.for_runner(on_device=False, stacked=stacked)
     if not has_tracers(config):
         config.validate(spec)
-    config = config.for_runner(on_device=False)
     obs_shape = tuple(spec.observation_shape)
-    stacked = is_atari(spec.name)  # frame stacks: each frame stored once (`replay.frames`)
     _check_observations(spec, stacked)
     _check_nstep(config, spec, stacked)
     num_envs, capacity = config.num_envs, config.replay_capacity
@@ -477,7 +486,7 @@ def _replay(config: Config, update: Callable, target_params: Any, ring: Any) -> 
     return replay_learner.Replay(
         draw=functools.partial(_draw_windows, config) if config.nstep > 1 else functools.partial(_draw, config, ring),
         update=functools.partial(update, target_params),
-        metric_names=METRIC_NAMES,
+        metric_names=METRIC_NAMES + (("nstep",) if config.nstep > 1 else ()),
         update_draws=False,
         priorities=replay_learner.Priorities(config.priority_epsilon, config.priority_exponent)
         if config.prioritized else None,
@@ -505,14 +514,17 @@ def _draw(config: Config, ring: Any, buffer: Any, key: jax.Array, iteration: jax
 def _draw_windows(config: Config, buffer: Any, key: jax.Array, iteration: jax.Array) -> replay_learner.Drawn:
     """B windows of `nstep` consecutive steps of one env, uniformly or by the priority of their start with
     importance weights (`replay.nstep.draw_windows`), as the n-step target reads them (NStepBatch): s_0, a_0, the
-    window's terms and bootstrap observation s'_m."""
-    del iteration
-    drawn = nstep.draw_windows(buffer, key, config.batch_size, config.nstep, config.gamma,
-                               importance_exponent=config.importance_exponent if config.prioritized else None)
+    window's terms and bootstrap observation s'_m; cut at one step for the first `nstep_delay` gradient steps
+    (RLx2's delayed target; `iteration` is 1-based, as td3/sac count it)."""
+    n_active = config.nstep
+    if config.nstep_delay > 0:
+        n_active = jnp.where(iteration >= config.nstep_delay, config.nstep, 1).astype(jnp.int32)
+    drawn = nstep.draw_windows(buffer, key, config.batch_size, config.nstep, config.gamma, n_active,
+                               config.importance_exponent if config.prioritized else None)
     window, terms = drawn.items, drawn.terms
     boot_obs = returns.at_index(window.next_obs, terms.boot_index)
-    return replay_learner.Drawn(NStepBatch(window.obs[:, 0], window.action[:, 0], boot_obs, terms), drawn.weights,
-                                drawn.slots)
+    batch = NStepBatch(window.obs[:, 0], window.action[:, 0], boot_obs, terms, n_active)
+    return replay_learner.Drawn(batch, drawn.weights, drawn.slots)
 
 
 def _store(config: Config, stacked: bool, buffer: Any, step: Step) -> Any:
@@ -540,9 +552,9 @@ def _store(config: Config, stacked: bool, buffer: Any, step: Step) -> Any:
 def make_algorithm(config: Config, env: Env) -> Algorithm:
     """DQN on device: the same learner, fed one env step of all `num_envs` JAX environments per update
     (`base.on_device`); by default with uniform replay and the epsilon schedule (`Config.for_runner`)."""
+    config = config.for_runner(on_device=True)
     if not has_tracers(config):
         config.validate(env)
-    config = config.for_runner(on_device=True)
     return on_device(make_actor_learner(config, env), env, 1, config.num_updates)
 
 
