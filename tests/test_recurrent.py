@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import last_metric, train_as_users_do
+from conftest import train_as_users_do
 from sparqrl.algos import ppo
 from sparqrl.algos.base import RecurrentAct, on_device
 from sparqrl.algos.config import MemoryCell
@@ -48,9 +48,10 @@ def step_by_step(network, params, obs, done, carry):
     """A plain Python loop: the network on each step [N] in turn, the carry reset after an episode ends.
     Returns the carries before each step [T, N, ...], raw [T, N, A] and values [T, N]."""
     carries, raws, values = [], [], []
+    apply = jax.jit(network.apply)
     for t in range(obs.shape[0]):
         carries.append(carry)
-        raw, value, carry = network.apply(params, obs[t], carry)
+        raw, value, carry = apply(params, obs[t], carry)
         raws.append(raw)
         values.append(value)
         carry = reset_carry(carry, done[t])
@@ -83,8 +84,8 @@ def test_rerun_matches_acting_and_a_step_by_step_unroll(memory, make_actor_learn
     for nxt, expected in zip(jax.tree.leaves(fragments[1].memory), jax.tree.leaves(after)):
         np.testing.assert_allclose(nxt[0], expected, atol=1e-5)
     # the learner's re-run from the fragment's first state: the same policy and values as acted step by step
-    dist, rerun_values, next_values = fragment_outputs(network, params, jnp.asarray(first.obs),
-                                                       jnp.asarray(first.next_obs), first)
+    dist, rerun_values, next_values = jax.jit(fragment_outputs, static_argnums=0)(
+        network, params, jnp.asarray(first.obs), jnp.asarray(first.next_obs), first)
     np.testing.assert_allclose(dist.log_prob(first.action), first.extra, atol=1e-5)  # the behaviour log-probs
     np.testing.assert_allclose(dist.logits, jax.nn.log_softmax(raw), atol=1e-5)
     np.testing.assert_allclose(rerun_values, values, atol=1e-5)
@@ -135,18 +136,32 @@ def test_recurrent_policy_refuses_single_observation_acting():
 MEMORY_TASK = ("num_envs=8", "num_steps=16", "hidden=32", "memory_size=32")
 
 
-@pytest.mark.parametrize("algo", ["ppo"])
+@pytest.mark.parametrize("algo", ["ppo", "impala"])
 def test_memory_beats_feed_forward_on_memory_chain(tmp_path, algo):
     """The context is shown only at an episode's first steps and asked at its end: a feed-forward policy scores
     0 in expectation (±1 at random); a recurrent one must remember the bit."""
-    steps = 20_000
+    steps = 12_000
     feed_forward = train_as_users_do(tmp_path / "ff", algo, ENV, steps=steps, sets=MEMORY_TASK)
     recurrent = train_as_users_do(tmp_path / "lstm", algo, ENV, steps=steps, sets=MEMORY_TASK + ("memory=lstm",))
-    ff_train, rec_train = last_metric(tmp_path / "ff", "episode_return"), last_metric(tmp_path / "lstm", "episode_return")
-    print(f"training returns, last chunk: feed-forward {ff_train}, lstm {rec_train}; evaluation: feed-forward "
+    ff_train, rec_train = late_training_return(tmp_path / "ff", steps), late_training_return(tmp_path / "lstm", steps)
+    print(f"training returns, last quarter: feed-forward {ff_train}, lstm {rec_train}; evaluation: feed-forward "
           f"{feed_forward['final_return_per_seed']}, lstm {recurrent['final_return_per_seed']}")
     assert all(r >= 0.9 for r in recurrent["final_return_per_seed"])
-    assert all(r > f + 0.4 for r, f in zip(rec_train, ff_train))
+    assert all(r > f + 0.5 for r, f in zip(rec_train, ff_train))
+
+
+def late_training_return(out, steps):
+    """Each seed's mean return of the training episodes that finished in the run's last quarter (metrics.csv):
+    some hundred episodes, so a feed-forward policy's chance score stays near 0 (10 evaluation episodes of a
+    coin flip do not)."""
+    import csv
+
+    with (out / "metrics.csv").open(newline="") as f:
+        rows = [row for row in csv.DictReader(f) if int(row["env_step"]) > 0.75 * steps and float(row["episodes"]) > 0]
+    seeds = sorted({int(row["seed"]) for row in rows})
+    total = {s: sum(float(r["episode_return"]) * float(r["episodes"]) for r in rows if int(r["seed"]) == s) for s in seeds}
+    count = {s: sum(float(r["episodes"]) for r in rows if int(r["seed"]) == s) for s in seeds}
+    return [total[s] / count[s] for s in seeds]
 
 
 def test_a_recurrent_run_evaluates_and_refuses_export_and_single_observations(tmp_path, capsys):
