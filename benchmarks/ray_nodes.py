@@ -120,7 +120,8 @@ def main() -> None:
                                                                  "learner_wait_s", "wall_time_s")}
                     print(f"{algo}, 2 actors on {summary['actor_nodes']} node(s) ({label}): "
                           f"{summary['env_steps_per_s']:,.0f} env steps/s, each actor "
-                          f"{summary['actor_steps_per_s']:,.0f} while acting, learner waited {summary['learner_wait_s']:.1f} s", flush=True)
+                          f"{summary['actor_steps_per_s']:,.0f} while acting, learner waited "
+                          f"{summary['learner_wait_s']:.1f} s", flush=True)
         for algo in algos:
             row = rows[algo]["ingest"] = ingest(algo, args.ingest_steps, Path(tmp) / f"{algo}-ingest")
             actor = rows[algo]["2 nodes"]["actor_steps_per_s"]
