@@ -37,9 +37,9 @@ def acted_fragments(make_actor_learner, config, env, updates=2):
     al = al._replace(learn=lambda learner, steps: (learner, {"steps": steps}))
     algo = on_device(al, env, config.num_steps, updates)
     state = algo.init(jax.random.PRNGKey(3))
-    fragments = []
+    fragments, update = [], jax.jit(algo.update)
     for _ in range(updates):
-        state, metrics = jax.jit(algo.update)(state)
+        state, metrics = update(state)
         fragments.append(metrics["steps"])
     return al, fragments, state
 
