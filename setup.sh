@@ -6,7 +6,7 @@ PYTHON=${PYTHON:-python3}
 
 # Headless rendering for `sparqrl eval --video` on MuJoCo envs (MuJoCo gym: ids, brax:NAME): Mesa's EGL, which
 # renders on the CPU without a display or GPU (MUJOCO_GL=egl, sparqrl's default), and OSMesa as a fallback
-# (MUJOCO_GL=osmesa). Only where apt-get exists and we are root (Debian/Ubuntu, CI); otherwise README, "Video".
+# (MUJOCO_GL=osmesa). Only where apt-get exists and we are root (Debian/Ubuntu, CI); otherwise docs/cli.md, "sparqrl eval".
 GL_PACKAGES="libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0 libosmesa6"
 if command -v apt-get >/dev/null 2>&1 && command -v dpkg-query >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   missing=$(for p in $GL_PACKAGES; do

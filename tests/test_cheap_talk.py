@@ -356,7 +356,7 @@ def test_act_anti_lowers_the_victims_return(capsys, tmp_path):
     """Toy ACT ANTI on CartPole (population 16, 24 generations, 16-update victims of 512 steps, a static
     adversary, OpenES sigma 0.5, lr 0.1): the 32 victims (--final-seeds' default) trained with the evolved
     adversary end below 32 trained with a silent one on the same keys, by 10, over the whole training and over
-    its last 10 %. Meta seeds 0-2 (BENCHMARKS.md, "ACT's toy test made robust"): lifetime 73.1 / 68.0 / 64.7
+    its last 10 %. Meta seeds 0-2 (benchmarks/history.md, "ACT's toy test made robust"): lifetime 73.1 / 68.0 / 64.7
     against silent 118.8 / 119.2 / 115.9, final 106.7 / 106.7 / 103.4 against 171.9 / 168.9 / 163.7. With
     16 generations the weakest of 5 seeds lowered them by 23 only; with 32-update victims of 16 generations (the
     earlier budget) the final return fell by 9-12, within the noise of the final-return mean."""

@@ -109,7 +109,7 @@ def test_mfos_es_shapes_a_naive_learner(capsys, tmp_path):
     shapes its opponent below that baseline.
 
     Seed 0 ends at -0.52 / NL -2.12; over seeds 0-3 these settings ended the opponent at -2.12, -1.78, -2.08
-    and -2.21 (with centered ranks, 3 of 12 runs at several sigmas, lrs and seeds got there); BENCHMARKS.md has
+    and -2.21 (with centered ranks, 3 of 12 runs at several sigmas, lrs and seeds got there); benchmarks/history.md has
     the runs."""
     out = tmp_path / "es"
     code, text, err = run_cli(capsys, "meta", "mfos", "--game", "ipd", "--opponent", "nl", "--trainer", "es",
