@@ -153,3 +153,31 @@ class SixTuple(Chain):
     def step(self, key: jax.Array, state: ChainState, action: jax.Array) -> Any:
         out = super().step(key, state, action)
         return out.obs, out.state, out.reward, out.terminated, out.truncated, out.info
+
+
+# ---- a host task that needs memory (tests/test_recurrent_host.py) --------------------------------------------
+
+CUE_STEPS = 4  # an episode's steps: the cue at the first, the answer at the last
+
+
+class RememberBit(gym.Env):
+    """The host form of bsuite's MemoryChain: a random bit is shown at the first step only (observation [±1, 0]),
+    then [0, t / CUE_STEPS]; the action at the last step is scored +1 if it names the bit, -1 otherwise (other
+    steps 0). A feed-forward policy sees the same last observation whatever the bit: 0 in expectation."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.bit, self.t = int(self.np_random.integers(2)), 0
+        return np.array([2.0 * self.bit - 1.0, 0.0], np.float32), {}
+
+    def step(self, action: Any) -> tuple:
+        self.t += 1
+        last = self.t == CUE_STEPS
+        reward = (1.0 if int(action) == self.bit else -1.0) if last else 0.0
+        return np.array([0.0, self.t / CUE_STEPS], np.float32), reward, last, False, {}
+
+
+gym.register(id="RememberBit-v0", entry_point=RememberBit)

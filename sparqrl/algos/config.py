@@ -17,7 +17,7 @@ from sparqrl.config import (
     check_ints, check_reference, fail, in_range, in_unit_interval, is_int, is_number, one_of, positive, positive_int,
     require,
 )
-from sparqrl.envs import Box, Discrete, is_host_env
+from sparqrl.envs import Box, Discrete
 
 # Kept as a Literal here (not imported from sparqrl.nets) so that reading a config, e.g. for the CLI's
 # help, does not import flax. The names are keys of `sparqrl.nets.modules.ACTIVATIONS` (a test checks).
@@ -227,7 +227,8 @@ class ActorCriticConfig(AdamConfig):
     """A recurrent policy (`sparqrl.nets.memory`): none (feed-forward), lstm or gru, a cell of memory_size units
     after the actor's torso that the actor and critic heads share. Its state is reset at episode starts and carried
     across fragments; the learner re-runs each fragment from the state it was acted from (truncated BPTT over the
-    fragment: num_steps), PPO's minibatches taking whole environments. On device only (JAX environments)."""
+    fragment: num_steps), PPO's minibatches taking whole environments. Both runners (host actors carry their envs'
+    states and send each fragment's first); not with int8 actors (`sparqrl.quant`) nor a3c."""
 
     memory_size: int = 128
     """Units of the recurrent cell (memory=lstm|gru)."""
@@ -258,10 +259,6 @@ class ActorCriticConfig(AdamConfig):
                 "leave --sparse dense")
 
     def check_actions(self, env: Any, algo: str) -> None:
-        """The env's actions are Discrete or Box, the two the actor-critic heads handle; a recurrent policy only on
-        a JAX environment (host actors act feed-forward only)."""
-        require(self.memory == "none" or not is_host_env(getattr(env, "name", "")), "memory", self.memory,
-                f"runs on device only (JAX environments); {algo} on a host environment (gym:...) acts feed-forward: "
-                "leave memory none")
+        """The env's actions are Discrete or Box, the two the actor-critic heads handle."""
         require(isinstance(env.action_space, (Discrete, Box)), "env", getattr(env, "name", env),
                 f"{algo} needs a Discrete or Box action space")

@@ -56,6 +56,8 @@ class PolicyCopy(NamedTuple):
     features: Any = None  # the convolutions before the stacks (`Acting.features`): fp32 [seeds, ...], or None
     params: Any = None  # the fp32 policy params [seeds, ...]: for the central inference server (actors get None),
     # or for actors that compute gradients with them (A3C, `runners.gradients`)
+    network: Any = None  # a recurrent policy's network variables of each seed in the actors' precision
+    # (`quant.quantize_tree`, weight-only: a tuple [seeds]) instead of `stacks`; None for a feed-forward policy
 
 
 class Fragment(NamedTuple):
@@ -137,6 +139,11 @@ class Actor:
             self._priority = jax.jit(jax.vmap(jax.vmap(acting.priority)))
         self.version, self.env_steps, self.forwards, self.aux, self.sequence = -1, 0, (), None, 0
         self.conv_params, self.raw_width = None, 0  # the copy's convolutions; its network's output width
+        self.memory = None  # a recurrent policy's state of every env [seeds, n, ...] (numpy), before the next step
+        if acting.memory is not None:
+            self.memory = jax.device_get(acting.memory.init(self.shape))
+            self._act_recurrent = jax.jit(recurrent_step(acting, explore))
+            self.variables = None  # the copy's network variables, fp32 [seeds, ...]
 
     def _split(self, x: np.ndarray) -> np.ndarray:
         return x.reshape(self.shape + x.shape[1:])
@@ -181,16 +188,26 @@ class Actor:
         back, even if requests are delivered out of order."""
         start = time.perf_counter()
         if copy.version > self.version:
-            if self.central is None:
+            if self.central is None and copy.network is not None:  # a recurrent policy: its variables, in fp32
+                self.variables = jax.device_put(jax.tree.map(lambda *xs: np.stack(xs),
+                                                             *[quant.dequantize_tree(v) for v in copy.network]))
+                self.raw_width = output_width(self.variables)
+            elif self.central is None:
                 self.forwards = tuple(quant.make_forward(stack) for stack in copy.stacks)
                 self.raw_width = copy.stacks[0].kernels[-1].shape[1]
             self.version, self.env_steps, self.aux, self.conv_params = (copy.version, copy.env_steps, copy.aux,
                                                                         copy.features)
         seeds, n = self.shape
-        rows, returns, dones, discounted = [], [], [], []
+        rows, returns, dones, discounted, memories = [], [], [], [], []
         acted_with = self.version  # central: the oldest version the server acted with in this fragment
         for step in range(self.spec.fragment_steps):
-            if self.central is None:
+            if self.memory is not None:  # the state before acting on self.obs, as the learner re-runs it
+                memories.append(self.memory)
+            if self.central is None and self.memory is not None:
+                packed, self.key, memory = self._act_recurrent(self.variables, self.aux, self.obs, self.memory,
+                                                               self.key, self.env_steps)
+                env_action, action, extra = self._unpack(np.asarray(packed))
+            elif self.central is None:
                 packed, self.key = self._explore(self._forward(self.obs), self.key, self.env_steps, self.aux)
                 env_action, action, extra = self._unpack(np.asarray(packed))  # one transfer, not three
             else:
@@ -207,6 +224,8 @@ class Actor:
                          self._split(out.terminated), self._split(out.truncated), extra))
             returns.append(self._split(out.episode_return))
             dones.append(self._split(out.episode_done))
+            if self.memory is not None:  # an ended episode's env starts the next from the initial state
+                self.memory = reset_state(jax.device_get(memory), rows[-1][4] | rows[-1][5])
             if self.gamma is not None:  # G <- gamma G + r, restarted after each episode's end
                 self.discounted = self.gamma * self.discounted + rows[-1][2]
                 discounted.append(self.discounted)
@@ -216,7 +235,8 @@ class Actor:
             jax.tree.map(lambda *xs: np.stack(xs), *column) for column in zip(*rows))
         priority = np.ones(reward.shape, np.float32)
         steps = Step(obs, action, reward.astype(np.float32), next_obs, terminated, truncated, extra, priority,
-                     np.stack(discounted).astype(np.float32) if discounted else None)
+                     np.stack(discounted).astype(np.float32) if discounted else None,
+                     memory=jax.tree.map(lambda *xs: np.stack(xs), *memories) if memories else None)
         if self._priority is not None:  # Ape-X: initial priorities from this actor's own copy
             raw_next = self._forward(next_obs.swapaxes(0, 1).reshape((seeds, -1) + next_obs.shape[3:]))
             raw_next = raw_next.reshape((seeds, -1, n) + raw_next.shape[2:]).swapaxes(0, 1)
@@ -227,6 +247,33 @@ class Actor:
 
     def close(self) -> None:
         self.envs.close()
+
+
+def recurrent_step(acting: Any, explore: Any) -> Any:
+    """An actor's step of a recurrent policy (`Acting.memory`) for all its seeds: (variables [seeds, ...], aux
+    [seeds, ...], raw obs [seeds, n, *obs], state [seeds, n, ...], keys [seeds, 2], env_steps) -> (what
+    `explore` packs, next keys, the state after the step). One program: the cell and the exploration."""
+
+    def one_seed(variables: Any, aux: Any, obs: jax.Array, memory: Any) -> tuple[jax.Array, Any]:
+        raw, _, memory = acting.network.apply(variables, observe(acting, aux, obs), memory)
+        return raw, memory
+
+    def step(variables: Any, aux: Any, obs: jax.Array, memory: Any, key: jax.Array, env_steps: jax.Array) -> tuple:
+        raw, memory = jax.vmap(one_seed)(variables, aux, obs, memory)
+        packed, key = explore(raw, key, env_steps, aux)
+        return packed, key, memory
+
+    return step
+
+
+def reset_state(memory: Any, done: np.ndarray) -> Any:
+    """`nets.memory.reset_carry` in numpy: the initial (zero) state where `done` [...] (an env's episode ended)."""
+    return jax.tree.map(lambda c: np.where(done[..., None], np.float32(0), c), memory)
+
+
+def output_width(variables: Any) -> int:
+    """The raw output width of a recurrent actor-critic's variables (its actor head 'Dense_0', [seeds, in, out])."""
+    return int(variables["params"]["Dense_0"]["kernel"].shape[-1])
 
 
 # ---- pools -----------------------------------------------------------------------------------------
@@ -630,20 +677,36 @@ def make_pool(backend: str, spec: ActorSpec, reseed: int = 0, actor_class: type 
 def quantized_copy(version: int, policy: Any, acting: Any, paths: Any, precision: str, granularity: str,
                    env_steps: int) -> PolicyCopy:
     """Quantize each seed's policy network (numpy policy params [seeds, ...]) into a `PolicyCopy`; the
-    acting's aux (fp32) goes with it."""
+    acting's aux (fp32) goes with it. A recurrent policy (`Acting.memory`) goes as its variables, weight-only
+    (`recurrent_network`)."""
     seeds = jax.tree.leaves(policy)[0].shape[0]
+    fp32 = lambda tree: jax.tree.map(lambda x: np.asarray(x, np.float32), jax.device_get(tree))  # noqa: E731
+    aux = None if acting.aux is None else fp32(_seeds_aux(acting.aux)(policy))
+    if acting.memory is not None:
+        network = recurrent_network(acting, policy, precision, granularity)
+        nbytes = sum(quant.nbytes(v) for v in network) + sum(x.nbytes for x in jax.tree.leaves(aux))
+        return PolicyCopy(version, (), env_steps, nbytes, aux, network=network)
     stacks = tuple(
         quant.quantize(quant.dense_stack(acting.network_params(jax.tree.map(lambda x: x[i], policy)), paths,
                                          acting.activation), precision, granularity)
         for i in range(seeds)
     )
-    fp32 = lambda tree: jax.tree.map(lambda x: np.asarray(x, np.float32), jax.device_get(tree))  # noqa: E731
-    aux = None if acting.aux is None else fp32(_seeds_aux(acting.aux)(policy))
     features = None
     if acting.features is not None:
         features = fp32(jax.vmap(lambda p: acting.features.select(acting.network_params(p)))(policy))
     nbytes = sum(quant.nbytes(s) for s in stacks) + sum(x.nbytes for x in jax.tree.leaves((aux, features)))
     return PolicyCopy(version, stacks, env_steps, nbytes, aux, features)
+
+
+def recurrent_network(acting: Any, policy: Any, precision: str, granularity: str) -> tuple[Any, ...]:
+    """Each seed's recurrent network variables (numpy policy params [seeds, ...]) in `precision`, weight-only
+    (`quant.quantize_tree`: fp16 / bf16 weights cast, fp32 as they are): the actor widens them to fp32 once per
+    version and runs the cell in fp32, as the quant stack's fp16 / bf16 Dense chains do. int8 is refused before
+    (`runners.sebulba.Prepared`): quantized actors' int8 is ONNX Runtime's integer matmul on Dense chains, which a
+    cell's gates are not."""
+    seeds = jax.tree.leaves(policy)[0].shape[0]
+    return tuple(quant.quantize_tree(acting.network_params(jax.tree.map(lambda x: x[i], policy)), precision,
+                                     granularity) for i in range(seeds))
 
 
 @functools.cache

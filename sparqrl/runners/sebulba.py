@@ -33,7 +33,7 @@ import numpy as np
 
 from sparqrl import config as cfg, presets
 from sparqrl.algos import get_algorithm
-from sparqrl.algos.base import ActorLearner, Step, acting_aux, explore_one, forward
+from sparqrl.algos.base import ActorLearner, Step, acting_aux, explore_one, forward, recurrent_acts
 from sparqrl.envs import evaluate_host, host_spec, is_atari
 from sparqrl.envs.custom import is_local
 from sparqrl.extras import need_installed
@@ -76,6 +76,7 @@ class Prepared:
         cfg.require(run.inference == "actor" or self.al.acting.priority is None, "inference", run.inference,
                     f"is not available for {algo_name}: its actors compute Ape-X priorities with their own policy "
                     "copy, and with central inference they hold none (use inference=actor)")
+        check_recurrent(self.al, run)
         self.fragments = self.al.steps_per_env // self.T
         cfg.require(self.fragments >= 1, "fragment_steps", self.T,
                     f"must be <= the run's env steps per environment ({self.al.steps_per_env})")
@@ -87,7 +88,8 @@ class Prepared:
         check_memory(self.learner_shape, run)
         policy_shape = jax.eval_shape(jax.vmap(self.al.policy), self.learner_shape)
         one = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), policy_shape)
-        self.paths = network_paths(self.al.acting, one, self.spec.observation_shape)
+        recurrent = self.al.acting.memory is not None  # (its actors run the network whole: `actors.recurrent_step`)
+        self.paths = None if recurrent else network_paths(self.al.acting, one, self.spec.observation_shape)
 
 
 MAX_ENVS_PER_ACTOR = 4096
@@ -103,6 +105,19 @@ def resolve_fragment_steps(algo_name: str, al: ActorLearner, run: RunConfig) -> 
                     "per environment: leave fragment_steps unset and set num_steps")
         return al.fragment_steps
     return DEFAULT_FRAGMENT_STEPS if run.fragment_steps is None else run.fragment_steps
+
+
+def check_recurrent(al: ActorLearner, run: RunConfig) -> None:
+    """What a recurrent policy's actors (`Acting.memory`) cannot do, in one line each: int8 (quantized actors' int8 is
+    ONNX Runtime's integer matmul on Dense chains; a cell's gates are not one) and central inference."""
+    if al.acting.memory is None:
+        return
+    kind = f"memory={al.acting.memory.kind}"
+    cfg.require(run.actor_precision != "int8", "actor_precision", run.actor_precision,
+                f"must be fp32, fp16 or bf16 with {kind}: int8 actors run ONNX Runtime's integer matmul on Dense "
+                "chains, and a recurrent cell's gates are not one (fp16 and bf16 are weight-only, as for every network)")
+    cfg.require(run.inference == "actor", "inference", run.inference,
+                f"must be actor with {kind}: the recurrent state lives in the actors")
 
 
 def check_extras(run: RunConfig) -> None:
@@ -398,15 +413,20 @@ def evaluate_saved(rundir: RunDir, algo_name: str, config: Any, run: RunConfig, 
 
 
 def greedy_policy(al: ActorLearner, obs_ndim: int) -> Any:
-    """(fp32 policy params of one seed, observation(s)) -> the deterministic action(s) the env takes."""
+    """(fp32 policy params of one seed, observation(s)) -> the deterministic action(s) the env takes; a recurrent
+    policy's `RecurrentAct`, which refuses single observations in one line."""
     acting = al.acting
+    if acting.memory is not None:
+        return recurrent_acts(acting, obs_ndim)[0]
     return lambda p, obs: acting.to_env(acting.greedy(forward(acting, p, obs, obs_ndim)))
 
 
 def sampling_policy(al: ActorLearner, obs_ndim: int) -> Any:
     """(fp32 policy params of one seed, ONE observation, key) -> the exploring action the env takes, as an
-    actor's first env slot acts once past any warm-up."""
+    actor's first env slot acts once past any warm-up; a recurrent policy's `RecurrentAct` (as `greedy_policy`)."""
     acting = al.acting
+    if acting.memory is not None:
+        return recurrent_acts(acting, obs_ndim)[1]
     return lambda p, obs, key: acting.to_env(
         explore_one(acting, forward(acting, p, obs[None], obs_ndim), key, acting_aux(acting, p)))[0]
 
@@ -429,6 +449,12 @@ def _evaluate_seeds(al: ActorLearner, env_name: str, params: Any, episodes: int,
     policy's games)."""
     obs_ndim = len(host_spec(env_name).observation_shape)
     seeds = jax.tree.leaves(params)[0].shape[0]
+    if al.acting.memory is not None:
+        return np.stack([
+            evaluate_host(env_name, RecurrentEpisodes(al, obs_ndim, jax.tree.map(lambda x: x[i], params),
+                                                      is_atari(env_name), base_seed), episodes, base_seed + i)
+            for i in range(seeds)
+        ])
     if is_atari(env_name):
         sample, key = jax.vmap(evaluating_policy(al, obs_ndim), in_axes=(None, 0, 0)), jax.random.PRNGKey(base_seed)
         act_at = jax.jit(lambda p, o, t: sample(p, o, jax.random.split(jax.random.fold_in(key, t), o.shape[0])))
@@ -441,3 +467,21 @@ def _evaluate_seeds(al: ActorLearner, env_name: str, params: Any, episodes: int,
                       episodes, base_seed + i)
         for i in range(seeds)
     ])
+
+
+class RecurrentEpisodes:
+    """A recurrent policy (`Acting.memory`) of one seed as `evaluate_host`'s `act(obs [episodes, *obs])`: it carries
+    each episode's state from the initial one. No reset is needed: `evaluate_host` scores each env's first episode
+    only. Deterministic, or on Atari the exploring action (`evaluating_policy`'s rule) with a new key each step."""
+
+    def __init__(self, al: ActorLearner, obs_ndim: int, params: Any, stochastic: bool, seed: int):
+        act = recurrent_acts(al.acting, obs_ndim)[1 if stochastic else 0]
+        self.params, self.init, self.step = params, act.init, jax.jit(act.step)
+        self.memory, self.key = None, jax.random.PRNGKey(seed)
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        if self.memory is None:
+            self.memory = self.init(obs.shape[0])
+        self.key, key = jax.random.split(self.key)
+        action, self.memory = self.step(self.params, obs, jax.random.split(key, obs.shape[0]), self.memory)
+        return np.asarray(action)

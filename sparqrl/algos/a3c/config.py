@@ -28,4 +28,6 @@ class Config(A2CConfig):
                     "gradients without the learner's running statistics (a2c has them)")
         require(not self.masked, "sparse", self.sparse, "must be dense for a3c: its actors compute dense gradients "
                 "without the learner's masks (a2c trains sparse)")
+        require(self.memory == "none", "memory", self.memory, "must be none for a3c: its actors compute feed-forward "
+                "gradients (a2c, ppo and impala run recurrent policies)")
         return self

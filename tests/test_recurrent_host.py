@@ -1,0 +1,140 @@
+"""Recurrent policies on the actor-learner runner (issue 36 item 4): a host actor carries each env's state across
+steps and fragments, resets it where an episode ends and sends each step's, so the learner's re-run of a fragment
+from its first state gives the actor's own behaviour log-probabilities; fp16 actors act on the weight-only copy;
+the one-line refusals; learning a host task that needs memory (tests/own_envs.py's RememberBit)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import own_envs  # noqa: F401  (registers RememberBit-v0)
+from sparqrl import cli
+from sparqrl.algos import ppo
+from sparqrl.algos.impala import train as impala_train
+from sparqrl.algos.ppo import train as ppo_train
+from sparqrl.algos.recurrent import fragment_outputs
+from sparqrl.config import ConfigError
+from sparqrl.envs import host_spec
+from sparqrl.runners.actors import Actor, ActorSpec, quantized_copy
+from sparqrl.runners.run_config import RunConfig
+from sparqrl.runners.sebulba import Prepared
+from test_recurrent import step_by_step
+
+ENV = "gym:RememberBit-v0"  # 4-step episodes: the bit is shown at the first step and asked at the last
+
+
+def host_fragments(algo, config, precision="fp32", fragments=3, seeds=2):
+    """`fragments` fragments one host actor acts (inline, as the runner's actors) with the learner's initial policy
+    published in `precision`; the learner's policy params and the network."""
+    make = {"ppo": ppo_train.make_actor_learner, "impala": impala_train.make_actor_learner}[algo]
+    al = make(config, host_spec(ENV))
+    learner = jax.vmap(al.init)(jax.random.split(jax.random.PRNGKey(0), seeds))
+    policy = jax.device_get(jax.vmap(al.policy)(learner))
+    copy = quantized_copy(0, policy, al.acting, None, precision, "channel", 0)
+    actor = Actor(ActorSpec(algo, config, ENV, seeds, 1, config.num_steps, 0), 0, 0)
+    try:
+        return [actor.collect(copy).steps for _ in range(fragments)], policy, al.acting.network
+    finally:
+        actor.close()
+
+
+def seed_of(tree, i):
+    """Seed i's leaves of a fragment's [T, seeds, n, ...] tree, as [T, n, ...]."""
+    return jax.tree.map(lambda x: jnp.asarray(x)[:, i], tree)
+
+
+@pytest.mark.parametrize("algo, memory", [("ppo", "lstm"), ("impala", "gru")])
+def test_host_actor_carries_and_resets_the_state_as_a_step_by_step_unroll(algo, memory):
+    config_type = ppo.Config if algo == "ppo" else impala_train.Config
+    config = config_type(num_envs=4, num_steps=6, total_timesteps=4 * 6 * 4, hidden=(8,), memory=memory,
+                         memory_size=5, **({"num_minibatches": 2} if algo == "ppo" else {}))
+    frags, policy, network = host_fragments(algo, config)
+    for i in range(2):
+        params = jax.tree.map(lambda x: x[i], policy.params)
+        first = seed_of(frags[0], i)
+        assert all(np.all(np.asarray(c)[0] == 0) for c in jax.tree.leaves(first.memory))  # a run starts from zero
+        carry = jax.tree.map(lambda c: c[0], first.memory)
+        for k, frag in enumerate(frags):
+            steps = seed_of(frag, i)
+            done = np.asarray(steps.terminated | steps.truncated)
+            if k == 1:
+                assert done[:-1].any(), "a fragment must hold an episode start to test the reset"
+            carries, raw, _, carry_after = step_by_step(network, params, steps.obs, jnp.asarray(done), carry)
+            # the stored states: the unroll's from where the last fragment left off (carried), zero after an end
+            for stored, expected in zip(jax.tree.leaves(steps.memory), jax.tree.leaves(carries)):
+                np.testing.assert_allclose(stored, expected, atol=1e-5)
+                assert np.all(np.asarray(stored)[1:][done[:-1]] == 0)
+                assert np.abs(np.asarray(stored)[1:][~done[:-1]]).sum() > 0
+            # the learner's re-run from the fragment's first state gives the actor's behaviour log-probabilities
+            dist, _, _ = fragment_outputs(network, params, steps.obs, steps.next_obs, steps)
+            np.testing.assert_allclose(dist.log_prob(steps.action), steps.extra, atol=1e-5)
+            np.testing.assert_allclose(dist.logits, jax.nn.log_softmax(raw), atol=1e-5)
+            carry = carry_after
+
+
+def test_fp16_actors_act_with_the_weight_only_copy():
+    """An fp16 actor's states and actions are those of the network with fp16-rounded weights, run in fp32."""
+    config = ppo.Config(num_envs=2, num_steps=4, total_timesteps=2 * 4 * 2, hidden=(8,), memory="gru", memory_size=4,
+                        num_minibatches=2)
+    frags, policy, network = host_fragments("ppo", config, "fp16", fragments=2, seeds=1)
+    rounded = jax.tree.map(lambda x: jnp.asarray(np.asarray(x[0]).astype(np.float16), jnp.float32), policy.params)
+    steps = jax.tree.map(lambda *xs: jnp.concatenate(xs), *[seed_of(f, 0) for f in frags])
+    done = jnp.asarray(np.asarray(steps.terminated | steps.truncated))
+    carries, raw, _, _ = step_by_step(network, rounded, steps.obs, done, jax.tree.map(lambda c: c[0], steps.memory))
+    np.testing.assert_allclose(steps.memory, carries, atol=1e-5)
+    np.testing.assert_allclose(steps.extra, jnp.take_along_axis(jax.nn.log_softmax(raw), steps.action[..., None],
+                                                                -1)[..., 0], atol=1e-5)
+    assert not np.allclose(rounded["params"]["Memory_0"]["hn"]["kernel"],
+                           policy.params["params"]["Memory_0"]["hn"]["kernel"][0])  # fp16 did round
+
+
+@pytest.mark.parametrize("field, value, match", [("actor_precision", "int8", "actor_precision='int8'.*recurrent cell"),
+                                                 ("inference", "central", "inference='central'.*recurrent state")])
+def test_host_refusals_are_one_line(field, value, match):
+    config = ppo.Config(num_envs=2, num_steps=4, total_timesteps=64, hidden=(8,), memory="lstm", memory_size=4,
+                        num_minibatches=2)
+    with pytest.raises(ConfigError, match=match) as error:
+        Prepared("ppo", config, RunConfig(env=ENV, **{field: value}))
+    assert "\n" not in str(error.value)
+
+
+def test_a3c_refuses_memory_in_one_line():
+    from sparqrl.algos.a3c import Config as A3CConfig
+
+    with pytest.raises(ConfigError, match="memory=.lstm.*a3c") as error:
+        A3CConfig(memory="lstm", memory_size=4).validate(host_spec(ENV))
+    assert "\n" not in str(error.value)
+
+
+# The budget that separates them with margin on every seed (BENCHMARKS.md, "Recurrent policies on the host").
+MEMORY_TASK = ("num_envs=8", "num_steps=16", "hidden=32", "memory_size=32")
+
+
+def test_lstm_beats_feed_forward_on_a_host_memory_task(tmp_path):
+    """Through the command (inline actor, 2 seeds): the LSTM names the bit on every seed, the feed-forward policy
+    scores chance."""
+    steps = 8192
+    for memory in ("none", "lstm"):
+        argv = ["train", "ppo", "--import", "own_envs", "--env", ENV, "--steps", str(steps), "--seeds", "2",
+                "--out", str(tmp_path / memory), "--no-progress", "--no-energy"]
+        assert cli.main(argv + [w for item in MEMORY_TASK + (f"memory={memory}",) for w in ("--set", item)]) == 0
+    ff, lstm = late_training_return(tmp_path / "none", steps), late_training_return(tmp_path / "lstm", steps)
+    evaluated = json.loads((tmp_path / "lstm" / "summary.json").read_text())["final_return_per_seed"]
+    print(f"training returns, last quarter: feed-forward {ff}, lstm {lstm}; lstm evaluated {evaluated}")
+    assert all(r > f + 0.5 for r, f in zip(lstm, ff)) and all(r >= 0.8 for r in evaluated)
+
+
+def late_training_return(out, steps):
+    """Each seed's mean training return over the fragments learned in the run's last quarter (metrics.csv, one row
+    per fragment and seed): every fragment ends the same number of RememberBit's fixed-length episodes, so this is
+    the mean over some hundred episodes."""
+    with (out / "metrics.csv").open(newline="") as f:
+        rows = [row for row in csv.DictReader(f) if int(row["env_step"]) > 0.75 * steps and row["episode_return"]]
+    seeds = sorted({row["seed"] for row in rows})
+    return [float(np.mean([float(r["episode_return"]) for r in rows if r["seed"] == s])) for s in seeds]
