@@ -97,6 +97,9 @@ class SweepArgs(TrainArgs[C]):
     """A traced field drawn at random between LOW and HIGH on a log or linear scale, --samples times."""
     samples: int | None = None
     """How many settings --random draws."""
+    workers: int | None = None
+    """Split the settings over this many Ray workers (a local instance, on loopback), a contiguous slice each; with
+    --ray-address instead: over the workers of that cluster, one per CPU."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -410,6 +413,7 @@ def _sweep(argv: list[str]) -> int:
     from sparqrl import runners, signals
     from sparqrl.envs import is_host_env
     from sparqrl.runners.sweep import make_settings
+    from sparqrl.runners.workers import check_workers
 
     if wants_help(argv):
         print(algo_usage("sweep"))
@@ -422,14 +426,18 @@ def _sweep(argv: list[str]) -> int:
         grid, rest = _take(rest, "--grid", repeat=True)
         random, rest = _take(rest, "--random", repeat=True)
         samples, rest = _take(rest, "--samples")
+        workers, rest = _take(rest, "--workers")  # this session's, not the run's: not in config.json
+        address, rest = _take(rest, "--ray-address")
         run, config = _parse_with_preset(algo_name, rest, "sweep")
         cfg.require(not is_host_env(run.env), "env", run.env,
                     "a sweep runs on the device: a gymnax id, brax:NAME or jax:MODULE:ATTR")
         count = _positive_int("--samples", samples[0]) if samples else None
         settings = make_settings(config, grid, random, count, run.seed)
+        spread = check_workers(_positive_int("--workers", workers[-1]) if workers else None,
+                               address[-1] if address else None)
         if signals.requested():
             raise KeyboardInterrupt
-        summary = runners.train(algo_name, config, run, settings=settings)
+        summary = runners.train(algo_name, config, run, settings=settings, workers=spread)
     print(json.dumps(summary, indent=2))
     return 0
 

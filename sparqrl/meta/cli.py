@@ -72,6 +72,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", default=None, help="replace the sparqrl run in --out")
     p.add_argument("--resume", default=None, metavar="DIR", help="go on with the meta run in DIR")
     add_import_flag(p)
+    p.add_argument("--workers", type=int, default=None, metavar="N", help="compute each generation's population on N "
+                   "Ray workers (a local instance on loopback), a contiguous slice each")
+    p.add_argument("--ray-address", default=None, metavar="ADDRESS", help="compute each generation's population on "
+                   "the workers of this Ray cluster (HOST:PORT, ray://HOST:PORT or auto), one per CPU")
     p.add_argument("--no-progress", action="store_true", default=None, help="no progress bar")
     p.add_argument("--no-energy", action="store_true", default=None, help="do not measure energy")
     p.add_argument("--country", default=None, help="3-letter ISO code for the CO2 figure (default USA)")
@@ -108,24 +112,27 @@ def config_from_args(args: argparse.Namespace):
     return MetaConfig(**values)
 
 
-RESUME_MAY_GIVE = ("resume", "generations", "no_progress", "no_energy", "imports", "wandb_mode")
+RESUME_MAY_GIVE = ("resume", "generations", "no_progress", "no_energy", "imports", "wandb_mode", "workers",
+                   "ray_address")
 
 
 def run_cli(argv: Sequence[str]) -> int:
     """The `meta` command (raises ConfigError for bad input; `sparqrl.cli.main` prints it, exit 2)."""
     from sparqrl import signals
     from sparqrl.meta import run as meta_run
+    from sparqrl.runners.workers import check_workers
     from sparqrl.trust import named
 
     args = parser().parse_args(list(argv))
+    workers = check_workers(args.workers, args.ray_address)
     if args.resume is not None:
         given = [name for name, value in vars(args).items() if value is not None and name not in RESUME_MAY_GIVE]
         cfg.require(not given, "--resume", args.resume, "continues a meta run with its saved settings; only "
-                    "--generations, --no-progress, --no-energy and --wandb-mode online (to let it upload) may be "
-                    f"given (got {', '.join('--' + g.replace('_', '-') for g in given)})")
+                    "--generations, --no-progress, --no-energy, --workers, --ray-address and --wandb-mode online (to "
+                    f"let it upload) may be given (got {', '.join('--' + g.replace('_', '-') for g in given)})")
         summary = meta_run.resume_meta(args.resume, args.generations, False if args.no_progress else None,
                                        trust=named(args.imports, wandb_mode=args.wandb_mode),
-                                       energy=False if args.no_energy else None)
+                                       energy=False if args.no_energy else None, workers=workers)
     else:
         cfg.require(args.task is not None, "TASK", "", "is missing: sparqrl meta value-loss|lpo|hparams|mfos|act [options]")
         cfg.require(not args.imports, "--import", args.imports, "is for --resume DIR (a new run's --env names its "
@@ -135,10 +142,11 @@ def run_cli(argv: Sequence[str]) -> int:
                     "must be a positive number of env steps (leave it out for the inner config's own)")
         config = config_from_args(args)
         prepared = meta_run.prepare(config)
+        meta_run.check_workers(prepared, workers)
         if signals.requested():
             raise KeyboardInterrupt
         rundir = meta_run.start_meta_dir(prepared)
-        summary = meta_run.run_meta(prepared, rundir, resuming=False)
+        summary = meta_run.run_meta(prepared, rundir, resuming=False, workers=workers)
     print(json.dumps(summary, indent=2))
     return 0
 

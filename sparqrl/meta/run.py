@@ -278,7 +278,8 @@ def _prepare_mfos(config: MetaConfig) -> Prepared:
 def population_fitness(task: meta_tasks.MetaTask, strategy: Strategy, seeds: int, devices: int = 1
                        ) -> Callable[[Any, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]:
     """`(population [P], key) -> (fitness [P], metrics [P])`: each member trained on `seeds` inner seeds
-    (antithetic pairs share their seeds), its fitness the mean over seeds (NaN seeds skipped). With
+    (antithetic pairs share their seeds), its fitness the mean over seeds (NaN seeds skipped); with `first`
+    (traced), population [p] is members first..first+p-1 of the whole, with their keys. With
     `devices` > 1 the population axis is split over that many devices (shard_map; no collective)."""
 
     def members(population: Any, keys: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -291,8 +292,11 @@ def population_fitness(task: meta_tasks.MetaTask, strategy: Strategy, seeds: int
         members = jax.shard_map(members, mesh=mesh, in_specs=(PartitionSpec("pop"), PartitionSpec("pop")),
                                 out_specs=PartitionSpec("pop"), check_vma=False)
 
-    def evaluate(population: Any, key: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    def evaluate(population: Any, key: jax.Array, first: jax.Array | None = None
+                 ) -> tuple[jax.Array, dict[str, jax.Array]]:
         keys = member_keys(key, strategy.popsize, strategy.antithetic)
+        if first is not None:  # a slice of the population from member `first` on (`runners.workers`): its keys
+            keys = jax.lax.dynamic_slice_in_dim(keys, first, jax.tree.leaves(population)[0].shape[0])
         return members(population, jax.vmap(lambda k: jax.random.split(k, seeds))(keys))
 
     return evaluate
@@ -306,6 +310,58 @@ def generation_program(task: meta_tasks.MetaTask, strategy: Strategy, seeds: int
         return strategy.generation
     evaluate = population_fitness(task, strategy, seeds, devices)
     return lambda key, state: strategy.generation(evaluate, key, state)
+
+
+@dataclasses.dataclass(frozen=True)
+class FitnessSlices:
+    """A Ray worker's job (`runners.workers.Job`): the fitness of a slice of a generation's population, by
+    `population_fitness` from the slice's first member on (the keys are the whole population's, sliced), over the
+    worker's devices. Its programs are cached in the worker's XLA persistent compilation cache."""
+
+    config: MetaConfig  # a prepared one (`Prepared.config`)
+    compile_cache: bool = True
+
+    @property
+    def key(self) -> Any:
+        return ("meta", self.config)
+
+    def build(self) -> dict[str, Any]:
+        return {"prepared": _prepare(self.config), "programs": {}}  # (memory: the driver checked the population)
+
+    def run(self, built: dict[str, Any], population: Any, key: np.ndarray, first: np.ndarray) -> Any:
+        prepared, size = built["prepared"], len(jax.tree.leaves(population)[0])
+        devices = population_devices(size)
+        if devices not in built["programs"]:  # jit: compiled once per slice shape
+            built["programs"][devices] = jax.jit(population_fitness(prepared.task, prepared.strategy,
+                                                                    prepared.config.seeds, devices))
+        return jax.device_get(built["programs"][devices](population, key, first))
+
+
+def worker_fitness(prepared: Prepared, pool: Any) -> Callable[[Any, jax.Array], tuple[jax.Array, Any]]:
+    """`population_fitness`'s `(population [P], key) -> (fitness [P], metrics [P])`, each contiguous slice of the
+    population a task of `pool` (`runners.workers.Pool`), called back from inside the generation program (ask and
+    tell stay in it, as in a single-process run)."""
+    from sparqrl.runners.workers import slices
+
+    config = prepared.config
+    job, local = FitnessSlices(config), population_fitness(prepared.task, prepared.strategy, config.seeds)
+    parts = slices(config.popsize, pool.workers)
+
+    def on_host(population: Any, key: np.ndarray) -> Any:
+        results = pool.map([(job, (jax.tree.map(lambda x: x[a:b], population), key, np.int32(a))) for a, b in parts])
+        return jax.tree.map(lambda *xs: np.concatenate(xs), *results)
+
+    def evaluate(population: Any, key: jax.Array) -> tuple[jax.Array, Any]:
+        return jax.pure_callback(on_host, jax.eval_shape(local, population, key), population, key)
+
+    return evaluate
+
+
+def check_workers(prepared: Prepared, workers: Any) -> None:
+    """Workers need a population (an evolution strategy's): M-FOS's PPO trainer trains one learner."""
+    cfg.require(workers is None or isinstance(prepared.strategy, Strategy), "workers",
+                getattr(workers, "count", None) or getattr(workers, "address", None),
+                "spreads an evolution strategy's population: trainer ppo trains one meta-policy (use --trainer es)")
 
 
 def generation_key(seed: int, generation: int) -> jax.Array:
@@ -489,9 +545,10 @@ class MetaDriver:
     member_names = ["the population"]
     startup_s = 0.0
 
-    def __init__(self, prepared: Prepared):
+    def __init__(self, prepared: Prepared, pool: Any = None):
+        """`pool`: a `runners.workers.Pool` whose workers compute the population's fitness; None: this process."""
         config, task = prepared.config, prepared.task
-        self.prepared = prepared
+        self.prepared, self.pool = prepared, pool
         self.bounds = list(range(1, config.generations + 1))
         self.env_steps_per_update = task.env_steps * config.popsize * config.seeds
         self.devices = population_devices(config.popsize)
@@ -511,8 +568,13 @@ class MetaDriver:
     def build(self) -> None:
         """Compile ahead of time, so compile time is measured apart from the generations."""
         start = time.perf_counter()
-        config = self.prepared.config
-        program = jax.jit(generation_program(self.prepared.task, self.prepared.strategy, config.seeds, self.devices))
+        config, strategy = self.prepared.config, self.prepared.strategy
+        if self.pool is None:
+            generation = generation_program(self.prepared.task, strategy, config.seeds, self.devices)
+        else:
+            evaluate = worker_fitness(self.prepared, self.pool)
+            generation = lambda key, state: strategy.generation(evaluate, key, state)  # noqa: E731
+        program = jax.jit(generation)
         # placed by the program: its population may be split over devices (`population_devices`)
         self._program = program.lower(generation_key(config.seed, 0), self._shapes()).compile()
         self.compile_time_s += time.perf_counter() - start
@@ -641,6 +703,7 @@ class MetaRecords:
             "generation_time_s": compute_s / ran if ran else None,
             "device": device_name(),
             "devices_used": driver.devices,
+            **({} if driver.pool is None else {"workers": driver.pool.workers}),
             **totals.energy,
         }
 
@@ -650,17 +713,28 @@ class MetaRecords:
 
 
 def run_meta(prepared: Prepared, rundir: Any, *, resuming: bool,
-             on_generation: Callable[[int], None] | None = None) -> dict[str, Any]:
+             on_generation: Callable[[int], None] | None = None, workers: Any = None) -> dict[str, Any]:
     """Run (or go on with) the meta run in `rundir`, whose writer's lock this process holds (released at
     the end), as a session of the one host loop (`sparqrl.runners.session`); returns summary.json's content.
 
     on_generation(g): called after generation g (1-based) is logged and checkpointed (tests stop a run
-    there by raising)."""
+    there by raising). workers: a checked `runners.workers.Workers` (`check_workers`): the population's fitness
+    is computed by Ray workers, a slice each; None: in this process."""
+    if workers is None:
+        return _run_meta(prepared, rundir, resuming, on_generation, None)
+    from sparqrl.runners.workers import worker_session
+
+    with worker_session(workers) as pool:  # first: Ray forks its processes before the session's threads start
+        return _run_meta(prepared, rundir, resuming, on_generation, pool)
+
+
+def _run_meta(prepared: Prepared, rundir: Any, resuming: bool, on_generation: Callable[[int], None] | None,
+              pool: Any) -> dict[str, Any]:
     from sparqrl.runners.run_config import RunConfig
     from sparqrl.runners.session import run_session
 
     config = prepared.config
-    driver = MetaDriver(prepared)
+    driver = MetaDriver(prepared, pool)
     # every generation is checkpointed (one costs far less than a generation), none is evaluated
     run = RunConfig(env=run_label(config), progress=config.progress, energy=config.energy, country=config.country,
                     eval_every=0, checkpoint_every=1, checkpoint_interval_s=0.0)
@@ -692,10 +766,10 @@ def train_meta(config: MetaConfig, on_generation: Callable[[int], None] | None =
 
 def resume_meta(path: str, generations: int | None = None, progress: bool | None = None,
                 on_generation: Callable[[int], None] | None = None, trust: Trust = NOTHING,
-                energy: bool | None = None) -> dict[str, Any]:
+                energy: bool | None = None, workers: Any = None) -> dict[str, Any]:
     """Go on with the meta run in `path` from its checkpoint (optionally to more `generations`; `progress`,
     `energy`: this session's, None: the run's). `trust`: the modules the command names; the module of a
-    `jax:MODULE:ATTR` env the folder names must be among them."""
+    `jax:MODULE:ATTR` env the folder names must be among them. `workers`: this session's (`run_meta`)."""
     rundir, config = open_meta_dir(path, trust)
     changes: dict[str, Any] = {"out": str(path)}
     for name, value in (("generations", generations), ("progress", progress), ("energy", energy)):
@@ -708,6 +782,7 @@ def resume_meta(path: str, generations: int | None = None, progress: bool | None
     rundir.lock()  # the one writer from here on (run_meta releases it)
     try:
         prepared = prepare(config)
+        check_workers(prepared, workers)
         convert_old_checkpoint(rundir, prepared)
         if generations is not None and (rundir.path / "summary.json").exists():
             (rundir.path / "summary.json").unlink()  # no longer finished: more generations follow
@@ -715,4 +790,4 @@ def resume_meta(path: str, generations: int | None = None, progress: bool | None
     except BaseException:
         rundir.release()
         raise
-    return run_meta(prepared, rundir, resuming=True, on_generation=on_generation)
+    return run_meta(prepared, rundir, resuming=True, on_generation=on_generation, workers=workers)

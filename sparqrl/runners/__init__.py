@@ -40,6 +40,11 @@ def train(algo_name: str, algo_config: Any, run: RunConfig, **kwargs: Any) -> di
     _check_update_hook(run, kwargs)
     use_compile_cache(run.compile_cache)
     _check_loggers(run)
+    if kwargs.get("workers") is not None:  # a sweep over Ray workers
+        from sparqrl.runners import sweep
+
+        return sweep.train_on_workers(algo_name, algo_config, run, **kwargs)
+    kwargs.pop("workers", None)
     if is_host_env(run.env):
         return _host_runner(algo_name).train(algo_name, algo_config, run, **kwargs)
     return _device_runner().train(algo_name, algo_config, run, **kwargs)

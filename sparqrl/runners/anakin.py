@@ -271,6 +271,13 @@ class AnakinDriver:
         self._launch(chunk + 1, state)
         return state, {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
 
+    def chunk(self, state: Any, updates: int) -> tuple[Any, dict[str, np.ndarray]]:
+        """`updates` updates of every member from `state` (host arrays), nothing queued after it: a sweep slice's
+        Ray task (`sweep.SweepSlice`)."""
+        updates_n = jax.device_put(jnp.int32(updates), self.replicated)
+        state, metrics = self._chunk(jax.device_put(state, self.sharding), self.hparams, updates_n)
+        return state, {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
+
     def evaluate(self, state: Any) -> np.ndarray:
         if self._evaluate is None:  # the first evaluation: its program is built now (`build`)
             if self._inflight is not None:  # the queued chunk first, so that the compile does not slow it

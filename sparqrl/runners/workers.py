@@ -1,0 +1,136 @@
+"""Sweeps and meta-evolution spread over Ray workers (`--workers N`, or `--ray-address` of a cluster).
+
+The members of one program (a sweep's settings x seeds, a generation's population) are split into contiguous
+slices (`slices`), one Ray task per slice (`Pool.map`); each task runs the same compiled, vmapped program over its
+slice on its worker's devices, and the results come back in the original order. A member's random streams come
+from its index in the whole program (the slice's keys are the whole program's, sliced), so a slice computes what
+the single-process program computes for those members: bit for bit where the slice's shape is the program's.
+
+A task whose worker process or node dies is run again elsewhere (Ray's task retries, `MAX_RETRIES`): a slice has
+no state on its worker, its inputs live in the driver. A worker builds a job's program once (`_BUILT`, per process)
+and jit compiles it once per shape; XLA's persistent compilation cache, set up in the worker as in the driver
+(`use_compile_cache`), serves what an earlier process compiled.
+
+A local instance (`--workers N`) listens on loopback only (`actors.ray_session`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Hashable, Iterator, Protocol, Sequence
+
+from sparqrl import config as cfg
+
+MAX_WORKERS = 1024
+"""Workers of a local Ray instance at most: each is a process holding its own JAX runtime and programs."""
+MAX_RETRIES = 3
+"""Times a slice is run again after its worker (or its node) died before it answered."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Workers:
+    """Where the slices run: a local Ray instance of `count` workers, or the Ray cluster at `address` (one worker
+    per CPU it offers when joined)."""
+
+    count: int | None = None
+    address: str | None = None
+
+
+def check_workers(count: Any, address: str | None) -> Workers | None:
+    """The `Workers` of `--workers` / `--ray-address` (None: neither, the run stays in this process); a one-line
+    ConfigError for a bad count, both given, or an address where no Ray cluster answers. Before anything compiles."""
+    if count is None and address is None:
+        return None
+    cfg.require(count is None or address is None, "workers", count, "starts a local Ray instance: leave it out with "
+                "--ray-address (a cluster's workers are its CPUs)")
+    if count is not None:
+        cfg.require(cfg.is_int(count) and 1 <= count <= MAX_WORKERS, "workers", count,
+                    f"must be an integer from 1 to {MAX_WORKERS:,}")
+    if address is not None:
+        from sparqrl.runners.actors import check_ray_address
+
+        check_ray_address(address)
+    return Workers(count, address)
+
+
+def slices(items: int, parts: int) -> list[tuple[int, int]]:
+    """Contiguous (start, stop) slices of `items` members in order: min(parts, items) of them, the first
+    `items % parts` one member longer (so at most two shapes)."""
+    parts = max(1, min(parts, items))
+    size, longer = divmod(items, parts)
+    bounds = [0]
+    for i in range(parts):
+        bounds.append(bounds[-1] + size + (i < longer))
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+class Job(Protocol):
+    """What a slice task runs on its worker: `build()` once per worker process (its programs, traced on first use),
+    then `run(built, *args)` per task. Picklable (it travels to the worker with every task)."""
+
+    key: Hashable  # the worker keeps one `build()` per key
+    compile_cache: bool  # XLA's persistent compilation cache on or off in the worker (`RunConfig.compile_cache`)
+
+    def build(self) -> Any: ...
+    def run(self, built: Any, *args: Any) -> Any: ...
+
+
+_BUILT: dict[Hashable, Any] = {}
+"""In a worker process: each job's built programs, by `Job.key`."""
+
+
+def run_slice(job: Job, args: tuple) -> Any:
+    """The body of a slice task, in the worker process (also callable in this one: the tests)."""
+    built = _BUILT.get(job.key)
+    if built is None:
+        from sparqrl.runners.session import use_compile_cache
+
+        if not _BUILT:  # JAX settles its cache at a process's first compilation
+            use_compile_cache(job.compile_cache)
+        built = _BUILT[job.key] = job.build()
+    return job.run(built, *args)
+
+
+class SliceFailed(RuntimeError):
+    """A slice's task failed on every try (its workers died `MAX_RETRIES` + 1 times)."""
+
+
+class Pool:
+    """The Ray tasks of a run (inside `worker_session`): `workers` slices at a time."""
+
+    def __init__(self, workers: int):
+        import ray
+
+        self.ray, self.workers = ray, workers
+        # a worker's death (process or node) is retried; an error the job raises is not (it would raise again)
+        self._task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)(run_slice)
+
+    def map(self, tasks: Sequence[tuple[Job, tuple]]) -> list[Any]:
+        """`job.run(built, *args)` for each (job, args) of `tasks`, one Ray task each, results in their order. An
+        error a job raised is raised here as itself; a slice whose workers kept dying is a `SliceFailed`."""
+        refs = [self._task.remote(job, args) for job, args in tasks]
+        try:
+            return self.ray.get(refs)
+        except self.ray.exceptions.RayTaskError as error:
+            for ref in refs:
+                self.ray.cancel(ref)
+            raise error.as_instanceof_cause() from None
+        except self.ray.exceptions.RayError as error:  # WorkerCrashedError, NodeDiedError, ... after the retries
+            for ref in refs:
+                self.ray.cancel(ref)
+            raise SliceFailed(f"a slice's worker died {MAX_RETRIES + 1} times ({type(error).__name__}); the run "
+                              "stops here: resume it when the workers are back") from None
+
+
+@contextlib.contextmanager
+def worker_session(workers: Workers) -> Iterator[Pool]:
+    """Ray for a run's slices (`actors.ray_session`: join the cluster at `workers.address`, or start a local
+    instance on loopback with a CPU per worker), and the pool of its tasks; on exit Ray is left as found."""
+    from sparqrl.runners.actors import ray_session
+
+    with ray_session(workers.address, workers.count or 1):
+        import ray
+
+        count = workers.count or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        yield Pool(count)
