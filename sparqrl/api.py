@@ -296,9 +296,10 @@ def load(run_dir: str | Path, env: Any = None, trust_imports: bool | Trust = Fal
         prepared = sebulba.Prepared(algo_name, algo_config, run)
         params = prepared.policy_fn(saved_state(rundir, prepared.learner_shape))
         obs_shape = tuple(prepared.spec.observation_shape)
-        greedy = sebulba.greedy_policy(prepared.al, len(obs_shape))
+        greedy = sebulba.greedy_policy(prepared.al, len(obs_shape))  # a recurrent policy's: a `RecurrentAct`, as is
+        act_one = greedy if prepared.al.acting.memory is not None else lambda p, obs, key: greedy(p, obs)
         return Agent(Path(run_dir), algo_name, prepared.config, run, obs_shape, prepared.spec.action_space, params,
-                     lambda p, obs, key: greedy(p, obs), sebulba.sampling_policy(prepared.al, len(obs_shape)), trust)
+                     act_one, sebulba.sampling_policy(prepared.al, len(obs_shape)), trust)
 
     from sparqrl.runners.anakin import load_state
 

@@ -128,6 +128,31 @@ def test_lstm_beats_feed_forward_on_a_host_memory_task(tmp_path):
     evaluated = json.loads((tmp_path / "lstm" / "summary.json").read_text())["final_return_per_seed"]
     print(f"training returns, last quarter: feed-forward {ff}, lstm {lstm}; lstm evaluated {evaluated}")
     assert all(r > f + 0.5 for r, f in zip(lstm, ff)) and all(r >= 0.8 for r in evaluated)
+    if evaluated[0] == 1.0:  # the exported graph, its state carried as the docs show, plays as the library
+        assert onnx_returns(tmp_path / "lstm", tmp_path / "policy.onnx") == [1.0] * 8
+
+
+def onnx_returns(run, out, episodes=8):
+    """Returns of `episodes` RememberBit episodes side by side of the run's exported policy (seed 0), the state
+    carried from zeros (`sparqrl.export`'s docstring)."""
+    pytest.importorskip("onnxruntime")
+    import gymnasium as gym
+
+    from sparqrl.export import export, session
+
+    export(run, out, trust_imports=True)
+    graph = session(out)
+    envs = [gym.make(ENV.removeprefix("gym:")) for _ in range(episodes)]
+    obs = np.stack([env.reset(seed=i)[0] for i, env in enumerate(envs)])
+    state = {i.name: np.zeros((episodes, i.shape[1]), np.float32) for i in graph.get_inputs() if i.name != "obs"}
+    returns, done = [0.0] * episodes, False
+    while not done:
+        action, *next_state = graph.run(None, {"obs": obs, **state})
+        outs = [env.step(a) for env, a in zip(envs, action)]
+        returns = [r + out[1] for r, out in zip(returns, outs)]
+        obs, done = np.stack([out[0] for out in outs]), outs[0][2]  # (every episode is CUE_STEPS long)
+        state = dict(zip(state, next_state))
+    return returns
 
 
 def late_training_return(out, steps):

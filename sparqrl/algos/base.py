@@ -272,7 +272,8 @@ class RecurrentAct:
 
     def __call__(self, *args: Any) -> None:
         fail("memory", self.kind, "is a recurrent policy: it acts on whole episodes with its state "
-             "(sparqrl eval, agent.evaluate), not on single observations (agent.act, videos, export)")
+             "(sparqrl eval, agent.evaluate; sparqrl export makes the state an input and output), not on single "
+             "observations (agent.act, videos)")
 
 
 def keyed(noise: Callable[[jax.Array, tuple[int, ...]], Any], explore_with: Callable[..., tuple[Any, Any]]

@@ -8,6 +8,15 @@ observations, with no sparqrl (or JAX) import.
     session = ort.InferenceSession("policy.onnx")
     action = session.run(None, {"obs": obs})[0]     # obs float32 [batch, *obs_shape] -> action
 
+A recurrent policy (`--set memory=lstm|gru`) takes its state as inputs and returns the next state as outputs
+(float32 [batch, memory_size]: ``state_h``, and the LSTM's ``state_c``; the report lists them). Start every
+episode from zeros and feed each step's next state to the next step::
+
+    state = {i.name: np.zeros((batch, i.shape[1]), np.float32) for i in session.get_inputs() if i.name != "obs"}
+    action, *next_state = session.run(None, {"obs": obs, **state})
+    state = {name: np.where(done[:, None], 0.0, s).astype(np.float32)    # zeros where an episode ended
+             for name, s in zip(state, next_state)}
+
 The graph is the run's whole deterministic action, the one `sparqrl.load(run_dir).act` and evaluation
 take: PPO's observation normalisation (its saved running statistics), the network (MLP or MinAtar
 Conv torso), and the head (argmax -> int32 [batch]; for continuous actions tanh and scaling to the
@@ -21,8 +30,8 @@ Python API::
     export_policy(policy, out, precision, ...) -> report     # a `policy.Policy` built by `describe`
 
 Before anything is written the fp32 graph (same weight encoding) is run with ONNX Runtime on random
-observations and compared with the library's own action (`check`): a network the exporter reads
-wrongly is an error, never a silently wrong file.
+observations and compared with the library's own action (`check`; a recurrent policy's actions and states over
+`CHECK_STEPS` steps): a network the exporter reads wrongly is an error, never a silently wrong file.
 
 How the graph is built (chosen over ``jax2onnx``): directly with ``onnx.helper`` from the policy's
 parameters (`policy.describe`), the pre/post-processing as ONNX nodes. jax2onnx 0.17.1 would install
@@ -108,10 +117,53 @@ def _observations(policy: Policy, count: int, seed: int = 0) -> np.ndarray:
 def check(model: bytes, policy: Policy, reference: Reference, count: int = CHECK_OBSERVATIONS) -> dict[str, float]:
     """Run the (fp32) `model` on `count` random observations against the library's `reference` action.
     Discrete: at least 99 % equal actions (ties aside, fp32 agrees exactly); continuous: max |error| <=
-    1e-4 · (1 + |action|). A one-line ConfigError otherwise."""
+    1e-4 · (1 + |action|). A recurrent policy: `CHECK_STEPS` steps of `count` episodes from the zero state, each
+    side carrying its own state, the states too within 1e-4 · (1 + |state|). A one-line ConfigError otherwise."""
+    if policy.cell is not None:
+        return check_recurrent(model, policy, reference, count)
     obs = _observations(policy, count)
     got = session(model).run(None, {"obs": obs})[0]
-    want = np.asarray(reference(obs))
+    return _compare(policy, got, np.asarray(reference(obs)), count)
+
+
+CHECK_STEPS = 8
+"""Steps a recurrent policy's graph is run against the library's (`check`)."""
+
+
+def check_recurrent(model: bytes, policy: Policy, reference: Reference, count: int = CHECK_OBSERVATIONS
+                    ) -> dict[str, float]:
+    """`check` of a recurrent policy: actions and states step by step (see there)."""
+    from sparqrl.export.graph import state_names
+
+    run = session(model)
+    names = state_names(policy)
+    zeros = np.zeros((count, policy.cell.size), np.float32)
+    got_state = {name: zeros for name, _ in names}
+    want_state = tuple(zeros for _ in names) if len(names) > 1 else zeros  # flax's carry: (c, h) or h
+    reports, state_error = [], 0.0
+    for step in range(CHECK_STEPS):
+        obs = _observations(policy, count, seed=step)
+        action, *state = run.run(None, {"obs": obs, **got_state})
+        want_action, want_state = reference(obs, want_state)
+        reports.append(_compare(policy, action, np.asarray(want_action), count))
+        for got, want in zip(state, carry_arrays(want_state)):
+            state_error = max(state_error, float(np.max(np.abs(got - want) / (1.0 + np.abs(want)))))
+        got_state = dict(zip((name for name, _ in names), state))
+    if state_error > 1e-4:
+        unexportable("policy", f"the ONNX graph's recurrent states differ from the library's by up to {state_error:.2g} "
+                               f"(relative) over {CHECK_STEPS} steps (a network the exporter misreads)")
+    worst = ({"agreement": min(r["agreement"] for r in reports)} if policy.head.discrete
+             else {"max_relative_error": max(r["max_relative_error"] for r in reports)})
+    return {"observations": count, "steps": CHECK_STEPS, **worst, "max_state_relative_error": state_error}
+
+
+def carry_arrays(carry: Any) -> list[np.ndarray]:
+    """A flax carry's arrays in its order ((c, h) or h)."""
+    return [np.asarray(x) for x in (carry if isinstance(carry, tuple) else (carry,))]
+
+
+def _compare(policy: Policy, got: np.ndarray, want: np.ndarray, count: int) -> dict[str, float]:
+    """`check`'s comparison of the graph's actions `got` with the library's `want`."""
     if got.shape != want.shape:
         unexportable("policy", f"the graph's actions have shape {got.shape}, the library's {want.shape}")
     if policy.head.discrete:

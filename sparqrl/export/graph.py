@@ -1,11 +1,13 @@
-"""A `Policy` as one self-contained ONNX graph: ``obs float32 [batch, *obs_shape] -> action``.
+"""A `Policy` as one self-contained ONNX graph: ``obs float32 [batch, *obs_shape] -> action``; a recurrent
+policy's also takes its state and returns the next (``state_h`` [batch, size], and the LSTM's ``state_c``, ->
+``next_state_h``, ``next_state_c``: float32, zeros at an episode's start; see `sparqrl.export`).
 
     build_model(policy, precision, sparse=False, metadata=None) -> (onnx.ModelProto, compact tensors)
 
 Precisions (the pre- and post-processing always run in float32, so inputs and outputs are float32 /
 int32 whatever the precision):
 
-* fp32: ``Gemm`` per Dense layer.
+* fp32: ``Gemm`` per Dense layer (a recurrent cell: one for its input's gates, one for its state's).
 * fp16: weights, biases and compute in float16 (``Cast`` in after the observation normalisation and
   out before the head), Conv torso included.
 * int8: per output channel symmetric int8 weights (`sparqrl.quant.quantize_tensor`, ActorQ's recipe),
@@ -32,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from sparqrl.export.policy import Policy
+from sparqrl.export.policy import GATES, STATE, Cell, Policy
 from sparqrl.nets.activations import ACTIVATIONS
 from sparqrl.quant import quantize_tensor
 
@@ -134,6 +136,34 @@ def _dense_int8(g: _Graph, x: str, kernel: np.ndarray, bias: np.ndarray, i: int)
     return g.op("Add", [y, g.const(f"b{i}", bias.astype(np.float32))])
 
 
+def _matmul(g: _Graph, x: str, kernel: np.ndarray, bias: np.ndarray, precision: str, i: Any) -> str:
+    """x @ kernel + bias at `precision` (x already in its dtype: float16 for fp16, else float32)."""
+    if precision == "int8":
+        return _dense_int8(g, x, kernel, bias, i)
+    return _dense_float(g, x, kernel, bias, np.float16 if precision == "fp16" else np.float32, i)
+
+
+def _cell(g: _Graph, cell: Cell, x: str, state: dict[str, str], precision: str) -> dict[str, str]:
+    """The next state {name: value} of `cell` (`policy.Cell`'s equations) on input x and `state` (values in the
+    graph's dtype); the head takes its 'h'."""
+    gates = len(GATES[cell.kind])
+    split = g.const("gate_sizes", np.full(gates, cell.size, np.int64))
+    from_x = _matmul(g, x, cell.x_kernel, cell.x_bias, precision, "cell_x")
+    from_h = _matmul(g, state["h"], cell.h_kernel, cell.h_bias, precision, "cell_h")
+    if cell.kind == "lstm":
+        i, f, c_in, o = g.op("Split", [g.op("Add", [from_x, from_h]), split], outputs=4, axis=1)
+        c = g.op("Add", [g.op("Mul", [g.op("Sigmoid", [f]), state["c"]]),
+                         g.op("Mul", [g.op("Sigmoid", [i]), g.op("Tanh", [c_in])])])
+        return {"c": c, "h": g.op("Mul", [g.op("Sigmoid", [o]), g.op("Tanh", [c])])}
+    x_r, x_z, x_n = g.op("Split", [from_x, split], outputs=3, axis=1)
+    h_r, h_z, h_n = g.op("Split", [from_h, split], outputs=3, axis=1)
+    r = g.op("Sigmoid", [g.op("Add", [x_r, h_r])])
+    z = g.op("Sigmoid", [g.op("Add", [x_z, h_z])])
+    n = g.op("Tanh", [g.op("Add", [x_n, g.op("Mul", [r, h_n])])])
+    one = g.const("one", np.asarray(1, np.float16 if precision == "fp16" else np.float32))
+    return {"h": g.op("Add", [g.op("Mul", [g.op("Sub", [one, z]), n]), g.op("Mul", [z, state["h"]])])}
+
+
 def _head(g: _Graph, policy: Policy, raw: str) -> str:
     from onnx import TensorProto
 
@@ -153,14 +183,24 @@ def _head(g: _Graph, policy: Policy, raw: str) -> str:
     return a
 
 
+def state_names(policy: Policy) -> tuple[tuple[str, str], ...]:
+    """(input, output) names of a recurrent policy's state in flax's carry order (`policy.STATE`); () if none."""
+    if policy.cell is None:
+        return ()
+    return tuple((f"state_{name}", f"next_state_{name}") for name in STATE[policy.cell.kind])
+
+
 def output_info(policy: Policy) -> dict[str, Any]:
-    """{name: {"dtype", "shape"}} of the graph's input and output (what the export reports)."""
+    """{name: {"dtype", "shape"}} of the graph's inputs and outputs (what the export reports)."""
     obs = {"dtype": "float32", "shape": ["batch", *policy.obs_shape]}
     if policy.head.discrete:
         action = {"dtype": "int32", "shape": ["batch"]}
     else:
         action = {"dtype": "float32", "shape": ["batch", policy.head.take]}
-    return {"inputs": {INPUT: obs}, "outputs": {OUTPUT: action}}
+    state = {"dtype": "float32", "shape": ["batch", policy.cell.size]} if policy.cell is not None else None
+    names = state_names(policy)
+    return {"inputs": {INPUT: obs, **{name: state for name, _ in names}},
+            "outputs": {OUTPUT: action, **{name: state for _, name in names}}}
 
 
 def build_model(policy: Policy, precision: str, sparse: bool = False,
@@ -187,7 +227,14 @@ def build_model(policy: Policy, precision: str, sparse: bool = False,
 
     stack = policy.stack
     last = len(stack.kernels) - 1
+    names = state_names(policy)
+    state = {}
+    for (name, _), key in zip(names, STATE[policy.cell.kind] if names else ()):  # in the graph's dtype
+        state[key] = g.op("Cast", [name], to=TensorProto.FLOAT16) if half else name
     for i, (kernel, bias) in enumerate(zip(stack.kernels, stack.biases)):
+        if i == last and policy.cell is not None:  # the cell between the torso and the head
+            state = _cell(g, policy.cell, x, state, precision)
+            x = state["h"]
         if precision == "int8":
             x = _dense_int8(g, x, kernel, bias, i)
         else:
@@ -198,12 +245,16 @@ def build_model(policy: Policy, precision: str, sparse: bool = False,
         x = g.op("Cast", [x], to=TensorProto.FLOAT)
     action = _head(g, policy, x)
     g.nodes.append(helper.make_node("Identity", [action], [OUTPUT]))
+    for (_, name), key in zip(names, STATE[policy.cell.kind] if names else ()):
+        value = g.op("Cast", [state[key]], to=TensorProto.FLOAT) if half else state[key]
+        g.nodes.append(helper.make_node("Identity", [value], [name]))
 
     info = output_info(policy)
-    obs_type = helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, info["inputs"][INPUT]["shape"])
     out_dtype = TensorProto.INT32 if policy.head.discrete else TensorProto.FLOAT
-    out_type = helper.make_tensor_value_info(OUTPUT, out_dtype, info["outputs"][OUTPUT]["shape"])
-    graph = helper.make_graph(g.nodes, "sparqrl_policy", [obs_type], [out_type], g.initializers)
+    dtypes = {OUTPUT: out_dtype}
+    value_info = lambda side: [helper.make_tensor_value_info(name, dtypes.get(name, TensorProto.FLOAT), v["shape"])  # noqa: E731
+                               for name, v in info[side].items()]
+    graph = helper.make_graph(g.nodes, "sparqrl_policy", value_info("inputs"), value_info("outputs"), g.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="sparqrl")
     model.ir_version = IR_VERSION
     if metadata:

@@ -7,7 +7,9 @@
 
     obs [B, *obs_shape] -> (x - mean) / std, clipped         PPO with normalize_obs (its running statistics)
         -> Conv 3x3 'SAME' -> activation, flattened (H, W, C)  PPO / DQN on [H, W, C] grids (MinAtar)
-        -> Dense -> activation -> ... -> Dense                the policy network's chain (raw [B, out])
+        -> Dense -> activation -> ... -> Dense                the policy network's chain (raw [B, out]); a
+                                                              recurrent policy's cell (`Cell`) before its last
+                                                              layer, its state an input and an output
         -> head                                               argmax (discrete); for boxes: the first
                                                               `take` outputs (SAC's mean), tanh, then
                                                               center + half_range * a (TD3, SAC) or
@@ -59,6 +61,30 @@ class Head(NamedTuple):
     high: np.ndarray | None = None
 
 
+GATES = {"lstm": "ifgo", "gru": "rzn"}
+"""A cell's gates in the order `Cell` concatenates their weights (flax's OptimizedLSTMCell / GRUCell names them
+'i{gate}' for the input's kernel and 'h{gate}' for the state's)."""
+STATE = {"lstm": ("c", "h"), "gru": ("h",)}
+"""A cell's state, in the order of flax's carry: the LSTM's (c, h), the GRU's h, each [B, size]."""
+
+
+class Cell(NamedTuple):
+    """A recurrent policy's cell (`nets.memory.RecurrentActorCritic`'s 'Memory_0') between the torso's last
+    activation x and the head, each gate's weights concatenated along the output axis in `GATES` order:
+
+        LSTM: [i f g o] = x W_x + h W_h + b_h;  c' = σ(f) c + σ(i) tanh(g);  h' = σ(o) tanh(c')
+        GRU:  [r z n]_x = x W_x + b_x, [r z n]_h = h W_h + b_h;  r = σ(r_x + r_h), z = σ(z_x + z_h),
+              n = tanh(n_x + r n_h);  h' = (1 - z) n + z h
+    The head takes h'."""
+
+    kind: str  # 'lstm' | 'gru'
+    size: int
+    x_kernel: np.ndarray  # float32 [in, gates * size]
+    x_bias: np.ndarray  # float32 [gates * size]
+    h_kernel: np.ndarray  # float32 [size, gates * size]
+    h_bias: np.ndarray  # float32 [gates * size]
+
+
 class Policy(NamedTuple):
     """One seed's deterministic policy (see the module docstring)."""
 
@@ -67,6 +93,7 @@ class Policy(NamedTuple):
     conv: ConvLayer | None
     stack: DenseStack
     head: Head
+    cell: Cell | None = None  # a recurrent policy's, before the stack's last layer; None: feed-forward
 
 
 class RunInfo(NamedTuple):
@@ -79,7 +106,8 @@ class RunInfo(NamedTuple):
 
 
 Reference = Callable[[np.ndarray], np.ndarray]
-"""The library's own deterministic action on a batch of observations [B, *obs_shape]."""
+"""The library's own deterministic action on a batch of observations [B, *obs_shape]; for a recurrent policy
+(obs [B, *obs_shape], state) -> (action, next state), the state as flax's carry (`STATE`)."""
 
 
 # ---- reading flax parameter trees ----------------------------------------------------------------
@@ -155,9 +183,6 @@ def describe(algo: str, config: Any, obs_shape: tuple[int, ...], action_space: A
     if own:  # (its parameters would otherwise be read as a built-in layout's)
         unexportable(what, f"it runs your own torso ({own}), which the exporter cannot write; it writes the "
                            "built-in MLP and MinAtar policies")
-    if getattr(config, "memory", "none") != "none":
-        unexportable(what, f"it is recurrent (memory={config.memory}); the exporter writes feed-forward policies "
-                           "(no recurrent state as input and output)")
     if hasattr(policy_params, "obs_stats"):
         return _actor_critic_policy(config, obs_shape, action_space, policy_params, what)
     root = _node(policy_params, ("params",), what)
@@ -183,7 +208,10 @@ def _actor_critic_policy(config: Any, obs_shape: tuple[int, ...], action_space: 
     if kind == "nature":
         unexportable(what, "it runs the Nature CNN (three strided convolutions), which the exporter does not "
                      "write yet; it writes MLP and MinAtar (one convolution) policies")
-    conv_layer, stack = _torso_and_head(_node(params, ("params",), what), kind is not None, config.activation, what)
+    root = _node(params, ("params",), what)
+    conv_layer, stack = _torso_and_head(root, kind is not None, config.activation, what)
+    memory = getattr(config, "memory", "none")
+    cell = None if memory == "none" else _cell(_node(root, ("Memory_0",), what), memory, what)
     norm = None
     if obs_stats is not None:
         var = np.asarray(obs_stats.var, np.float32)
@@ -193,7 +221,15 @@ def _actor_critic_policy(config: Any, obs_shape: tuple[int, ...], action_space: 
     else:
         low, high = _box_bounds(action_space)
         head = Head(False, low.shape[0], low=low, high=high)
-    return Policy(obs_shape, norm, conv_layer, stack, head)
+    return Policy(obs_shape, norm, conv_layer, stack, head, cell)
+
+
+def _cell(node: Any, kind: str, what: str) -> Cell:
+    """The `Cell` of flax's cell parameters `node` (gates 'i{gate}' on the input, 'h{gate}' on the state)."""
+    x = [_dense(_node(node, (f"i{gate}",), what)) for gate in GATES[kind]]
+    h = [_dense(_node(node, (f"h{gate}",), what)) for gate in GATES[kind]]
+    join = lambda layers, at: np.concatenate([layer[at] for layer in layers], axis=-1)  # noqa: E731
+    return Cell(kind, int(h[0][0].shape[0]), join(x, 0), join(x, 1), join(h, 0), join(h, 1))
 
 
 # ---- runs on disk ---------------------------------------------------------------------------------
@@ -209,4 +245,20 @@ def load_policy(run_dir: str | Path, seed: int, trust_imports: Any = False) -> t
     one = agent.policy_params(seed)
     policy = describe(agent.algo, agent.config, agent.obs_shape, agent.action_space, one)
     info = RunInfo(agent.algo, agent.env, agent.seeds, str(getattr(agent.config, "sparse", "dense")))
+    if policy.cell is not None:  # the library's recurrent deterministic act (`algos.base.RecurrentAct`), stepped
+        return policy, recurrent_reference(agent._one[True], one), info  # (agent.act refuses single observations)
     return policy, lambda obs: agent.act(np.asarray(obs, np.float32), seed=seed), info
+
+
+def recurrent_reference(act: Any, policy_params: Any) -> Reference:
+    """(obs [B, *obs_shape], state) -> (action, next state) of a `RecurrentAct` (deterministic: no key is read)."""
+    import jax
+
+    step = jax.jit(act.step)
+    keys = jax.random.split(jax.random.PRNGKey(0), 1)
+
+    def reference(obs: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
+        action, state = step(policy_params, np.asarray(obs, np.float32), keys.repeat(len(obs), 0), state)
+        return np.asarray(action), jax.tree.map(np.asarray, state)
+
+    return reference
