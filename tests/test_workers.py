@@ -35,10 +35,12 @@ def test_slices_are_contiguous_in_order_and_at_most_two_shapes():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["sweep", "ppo", "--grid", "lr=1e-4,1e-3", "--workers", "0"], "--workers=.?0.? is not allowed: must be a positive"),
+    (["sweep", "ppo", "--grid", "lr=1e-4,1e-3", "--workers", "0"],
+     "--workers=.?0.? is not allowed: must be a positive"),
     (["sweep", "ppo", "--grid", "lr=1e-4", "--workers", "2", "--ray-address", "127.0.0.1:1"],
      "workers=2 is not allowed: starts a local Ray instance"),
-    (["sweep", "ppo", "--grid", "lr=1e-4", "--ray-address", "127.0.0.1:1"], "ray_address=.127.0.0.1:1.: nothing answers at"),
+    (["sweep", "ppo", "--grid", "lr=1e-4", "--ray-address", "127.0.0.1:1"],
+     "ray_address=.127.0.0.1:1.: nothing answers at"),
     (["meta", "lpo", "--workers", "0"], "workers=0 is not allowed: must be an integer from 1"),
     (["meta", "lpo", "--workers", "2", "--ray-address", "auto"], "workers=2 is not allowed: starts a local Ray"),
     (["meta", "mfos", "--trainer", "ppo", "--workers", "2"], "trainer ppo trains one meta-policy"),
@@ -124,6 +126,10 @@ def test_a_slice_whose_worker_died_is_run_again_and_gathered_in_order(tmp_path, 
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the job's class travels with it
     job = DiesOnce(str(tmp_path / "died"), die_on=1)
-    results = Pool(2).map([(job, (i,)) for i in range(3)])
+    pool = Pool(2)
+    try:
+        results = pool.map([(job, (i,)) for i in range(3)])
+    finally:
+        pool.close()
     assert (tmp_path / "died").exists()  # the worker did die
     assert [r.tolist() for r in results] == [[0, 0], [1, 1], [2, 2]]

@@ -1,15 +1,16 @@
 """Sweeps and meta-evolution spread over Ray workers (`--workers N`, or `--ray-address` of a cluster).
 
 The members of one program (a sweep's settings x seeds, a generation's population) are split into contiguous
-slices (`slices`), one Ray task per slice (`Pool.map`); each task runs the same compiled, vmapped program over its
-slice on its worker's devices, and the results come back in the original order. A member's random streams come
-from its index in the whole program (the slice's keys are the whole program's, sliced), so a slice computes what
-the single-process program computes for those members: bit for bit where the slice's shape is the program's.
+slices (`slices`), one Ray task per slice (`Pool.map`: slice i on worker actor i % workers); each task runs the same
+compiled, vmapped program over its slice on its worker's devices, and the results come back in the original order.
+A member's random streams come from its index in the whole program (the slice's keys are the whole program's,
+sliced), so a slice computes what the single-process program computes for those members: bit for bit where the
+slice's shape is the program's.
 
-A task whose worker process or node dies is run again elsewhere (Ray's task retries, `MAX_RETRIES`): a slice has
-no state on its worker, its inputs live in the driver. A worker builds a job's program once (`_BUILT`, per process)
-and jit compiles it once per shape; XLA's persistent compilation cache, set up in the worker as in the driver
-(`use_compile_cache`), serves what an earlier process compiled.
+A task whose worker process or node dies runs again on the worker restarted elsewhere (Ray's actor restarts and
+task retries, `MAX_RETRIES`): a slice keeps no state on its worker, its inputs live in the driver. A worker builds a
+job's programs once (`_BUILT`, per process) and jit compiles them once per shape; XLA's persistent compilation
+cache, set up in the worker as in the driver (`use_compile_cache`), serves what an earlier process compiled.
 
 A local instance (`--workers N`) listens on loopback only (`actors.ray_session`).
 """
@@ -93,34 +94,53 @@ def run_slice(job: Job, args: tuple) -> Any:
 
 
 class SliceFailed(RuntimeError):
-    """A slice's task failed on every try (its workers died `MAX_RETRIES` + 1 times)."""
+    """A slice's task failed on every try (its worker died `MAX_RETRIES` + 1 times)."""
+
+
+class SliceWorker:
+    """A Ray actor: one worker process that runs the slice tasks sent to it (`run_slice`). Slice i always goes to
+    worker i % workers, so each worker builds the programs of its own slices only (as plain tasks, slices wandered
+    between workers and each worker built every slice)."""
+
+    def run(self, job: Job, args: tuple) -> Any:
+        return run_slice(job, args)
 
 
 class Pool:
-    """The Ray tasks of a run (inside `worker_session`): `workers` slices at a time."""
+    """The workers of a run (inside `worker_session`): `workers` actors, started at the first `map`. A worker whose
+    process or node died is started again (on a node that has room) and its unfinished tasks run there."""
 
     def __init__(self, workers: int):
         import ray
 
         self.ray, self.workers = ray, workers
-        # a worker's death (process or node) is retried; an error the job raises is not (it would raise again)
-        self._task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)(run_slice)
+        self._actors: list[Any] = []
+
+    def _started(self) -> list[Any]:
+        if not self._actors:
+            # a worker's death is retried; an error the job raises is not (it would raise again)
+            actor = self.ray.remote(num_cpus=1, max_restarts=MAX_RETRIES, max_task_retries=MAX_RETRIES)(SliceWorker)
+            self._actors = [actor.remote() for _ in range(self.workers)]
+        return self._actors
 
     def map(self, tasks: Sequence[tuple[Job, tuple]]) -> list[Any]:
-        """`job.run(built, *args)` for each (job, args) of `tasks`, one Ray task each, results in their order. An
-        error a job raised is raised here as itself; a slice whose workers kept dying is a `SliceFailed`."""
-        refs = [self._task.remote(job, args) for job, args in tasks]
+        """`job.run(built, *args)` for each (job, args) of `tasks`, task i on worker i % workers, results in their
+        order. An error a job raised is raised here as itself; a slice whose workers kept dying is a `SliceFailed`."""
+        actors = self._started()
+        refs = [actors[i % len(actors)].run.remote(job, args) for i, (job, args) in enumerate(tasks)]
         try:
             return self.ray.get(refs)
         except self.ray.exceptions.RayTaskError as error:
-            for ref in refs:
-                self.ray.cancel(ref)
             raise error.as_instanceof_cause() from None
-        except self.ray.exceptions.RayError as error:  # WorkerCrashedError, NodeDiedError, ... after the retries
-            for ref in refs:
-                self.ray.cancel(ref)
+        except self.ray.exceptions.RayError as error:  # ActorDiedError, NodeDiedError, ... after the retries
             raise SliceFailed(f"a slice's worker died {MAX_RETRIES + 1} times ({type(error).__name__}); the run "
                               "stops here: resume it when the workers are back") from None
+
+    def close(self) -> None:
+        """End the workers (their CPUs are free for other runs of a cluster)."""
+        for actor in self._actors:
+            self.ray.kill(actor, no_restart=True)
+        self._actors = []
 
 
 @contextlib.contextmanager
@@ -132,5 +152,8 @@ def worker_session(workers: Workers) -> Iterator[Pool]:
     with ray_session(workers.address, workers.count or 1):
         import ray
 
-        count = workers.count or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        yield Pool(count)
+        pool = Pool(workers.count or max(1, int(ray.cluster_resources().get("CPU", 1))))
+        try:
+            yield pool
+        finally:
+            pool.close()
