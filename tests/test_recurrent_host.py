@@ -1,7 +1,7 @@
 """Recurrent policies on the actor-learner runner (issue 36 item 4): a host actor carries each env's state across
 steps and fragments, resets it where an episode ends and sends each step's, so the learner's re-run of a fragment
 from its first state gives the actor's own behaviour log-probabilities; fp16 actors act on the weight-only copy;
-the one-line refusals; learning a host task that needs memory (tests/own_envs.py's RememberBit)."""
+central inference carries the state through its requests; the one-line refusals; learning a host task that needs memory (tests/own_envs.py's RememberBit)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from sparqrl.algos.ppo import train as ppo_train
 from sparqrl.algos.recurrent import fragment_outputs
 from sparqrl.config import ConfigError
 from sparqrl.envs import host_spec
-from sparqrl.runners.actors import Actor, ActorSpec, quantized_copy
+from sparqrl.runners.actors import Actor, ActorSpec, InlinePool, quantized_copy
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.runners.sebulba import Prepared
 from test_recurrent import step_by_step
@@ -94,13 +94,40 @@ def test_fp16_actors_act_with_the_weight_only_copy():
                            policy.params["params"]["Memory_0"]["hn"]["kernel"][0])  # fp16 did round
 
 
-@pytest.mark.parametrize("field, value, match", [("actor_precision", "int8", "actor_precision='int8'.*recurrent cell"),
-                                                 ("inference", "central", "inference='central'.*recurrent state")])
-def test_host_refusals_are_one_line(field, value, match):
+def test_central_inference_acts_as_the_actors_own_copy():
+    """The state travels with each request and back: the same states, actions and log-probabilities, fragment after
+    fragment, as actors running their own fp32 copy."""
+    config = ppo.Config(num_envs=3, num_steps=6, total_timesteps=3 * 6 * 4, hidden=(8,), memory="gru", memory_size=5,
+                        num_minibatches=3, normalize_obs=True).validate(host_spec(ENV))
+    al = ppo_train.make_actor_learner(config, host_spec(ENV))
+    learner = jax.vmap(al.init)(jax.random.split(jax.random.PRNGKey(0), 2))
+    learner = learner._replace(obs_stats=learner.obs_stats._replace(mean=learner.obs_stats.mean + 0.1))
+    policy = jax.device_get(jax.vmap(al.policy)(learner))
+    copy = quantized_copy(4, policy, al.acting, None, "fp32", "channel", 0)._replace(params=policy)
+    fragments = {}
+    for inference in ("actor", "central"):
+        pool = InlinePool(ActorSpec("ppo", config, ENV, 2, 2, config.num_steps, 0, inference=inference))
+        try:
+            ticket = pool.publish(copy)
+            fragments[inference] = []
+            for _ in range(2):
+                for actor_id in range(2):
+                    pool.submit(actor_id, ticket)
+                    fragments[inference].append(pool.next().steps)
+        finally:
+            pool.close()
+    for a, c in zip(fragments["actor"], fragments["central"]):
+        np.testing.assert_array_equal(a.action, c.action)
+        np.testing.assert_allclose(a.extra, c.extra, atol=1e-6)
+        np.testing.assert_allclose(a.memory, c.memory, atol=1e-6)
+    assert np.abs(np.asarray(fragments["central"][-1].memory)).sum() > 0
+
+
+def test_int8_actors_refuse_in_one_line():
     config = ppo.Config(num_envs=2, num_steps=4, total_timesteps=64, hidden=(8,), memory="lstm", memory_size=4,
                         num_minibatches=2)
-    with pytest.raises(ConfigError, match=match) as error:
-        Prepared("ppo", config, RunConfig(env=ENV, **{field: value}))
+    with pytest.raises(ConfigError, match="actor_precision='int8'.*recurrent cell") as error:
+        Prepared("ppo", config, RunConfig(env=ENV, actor_precision="int8"))
     assert "\n" not in str(error.value)
 
 

@@ -213,8 +213,8 @@ class Actor:
             else:
                 keys = np.asarray(self._split_keys(self.key))
                 self.key = keys[:, 0]
-                env_action, action, extra, version = self.central(self.actor_id, self.obs, keys[:, 1], self.env_steps,
-                                                                  self.version)
+                env_action, action, extra, version, memory = self.central(self.actor_id, self.obs, keys[:, 1],
+                                                                          self.env_steps, self.version, self.memory)
                 acted_with = version if step == 0 else min(acted_with, version)
             # The run's env steps so far as this actor counts them (the learner's count at the copy it
             # loaded last, then every actor stepping as fast as this one): the warm-up clock.

@@ -12,6 +12,10 @@ The server is `CentralPolicy` in this process for the inline back-end (requests 
 no batching, a debugging and testing layout) and a Ray actor (`InferenceServer`, asyncio) for the ray
 back-end. The learner publishes each version to the server only; actors get a ticket (the version number
 and the warm-up clock) and tag a fragment with the oldest version the server acted with in it.
+
+A recurrent policy (`Acting.memory`): the state stays with the actors, which send each env's with the request and
+get the state after the step back with the actions (the server keeps nothing between steps), so a late request or a
+replaced actor cannot mix up states.
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from sparqrl.algos import get_algorithm
-from sparqrl.algos.base import ActorLearner, acting_aux, forward
+from sparqrl.algos.base import ActorLearner, acting_aux, network_step, observe
 from sparqrl.envs import host_spec
 
-# (actor_id, obs [seeds, n, *obs], explore keys [seeds, 2], env_steps) -> (env_action, action, extra, version)
-Answer = tuple[np.ndarray, np.ndarray, Any, int]
+# (actor_id, obs [seeds, n, *obs], explore keys [seeds, 2], env_steps, version, state [seeds, n, ...] or None)
+#   -> (env_action, action, extra, version, the state after the step or None)
+Answer = tuple[np.ndarray, np.ndarray, Any, int, Any]
 
 
 def make_actor_learner(algo: str, config: Any, env: str) -> ActorLearner:
@@ -47,15 +52,19 @@ class CentralPolicy:
         slots = jnp.asarray(np.arange(actors * n).reshape(actors, n), jnp.int32)
         self.actors, self.params, self.version = actors, None, -1
 
-        def one_seed(policy_params: Any, obs: jax.Array, key: jax.Array, env_steps: jax.Array, slots_a: jax.Array):
-            raw = forward(acting, policy_params, obs, obs_ndim)
-            action, extra = acting.explore(raw, key, env_steps, slots_a, actors * n, acting_aux(acting, policy_params))
-            return acting.to_env(action), action, extra
+        def one_seed(policy_params: Any, obs: jax.Array, key: jax.Array, memory: Any, env_steps: jax.Array,
+                     slots_a: jax.Array):
+            aux = acting_aux(acting, policy_params)
+            raw, memory = network_step(acting, policy_params, observe(acting, aux, obs), memory, obs_ndim)
+            action, extra = acting.explore(raw, key, env_steps, slots_a, actors * n, aux)
+            return acting.to_env(action), action, extra, memory
 
-        def step(policy: Any, obs: jax.Array, keys: jax.Array, env_steps: jax.Array) -> tuple:
-            """obs [A, S, n, *obs], keys [A, S, 2], env_steps [A] -> each [A, S, n, ...]."""
-            per_actor = lambda o, k, e, s: jax.vmap(one_seed, in_axes=(0, 0, 0, None, None))(policy, o, k, e, s)  # noqa: E731
-            return jax.vmap(per_actor)(obs, keys, env_steps, slots)
+        def step(policy: Any, obs: jax.Array, keys: jax.Array, env_steps: jax.Array, memory: Any) -> tuple:
+            """obs [A, S, n, *obs], keys [A, S, 2], env_steps [A], memory [A, S, n, ...] or None -> each
+            [A, S, n, ...]."""
+            per_actor = lambda o, k, m, e, s: jax.vmap(one_seed, in_axes=(0, 0, 0, 0, None, None))(  # noqa: E731
+                policy, o, k, m, e, s)
+            return jax.vmap(per_actor)(obs, keys, memory, env_steps, slots)
 
         self._step = jax.jit(step)
 
@@ -64,23 +73,25 @@ class CentralPolicy:
         if copy.version > self.version:
             self.params, self.version = jax.device_put(copy.params), copy.version
 
-    def answer(self, requests: dict[int, tuple[np.ndarray, np.ndarray, int]]) -> dict[int, Answer]:
-        """One batched step for {actor_id: (obs, keys, env_steps)}."""
+    def answer(self, requests: dict[int, tuple[np.ndarray, np.ndarray, int, Any]]) -> dict[int, Answer]:
+        """One batched step for {actor_id: (obs, keys, env_steps, state or None)}."""
         first = next(iter(requests.values()))
-        obs = np.zeros((self.actors,) + first[0].shape, first[0].dtype)
-        keys = np.zeros((self.actors,) + first[1].shape, first[1].dtype)
-        env_steps = np.zeros(self.actors, np.int32)
-        for actor_id, (o, k, e) in requests.items():
+        padded = lambda x: np.zeros((self.actors,) + np.shape(x), np.asarray(x).dtype)  # noqa: E731
+        obs, keys, env_steps, memory = padded(first[0]), padded(first[1]), np.zeros(self.actors, np.int32), \
+            jax.tree.map(padded, first[3])
+        for actor_id, (o, k, e, m) in requests.items():
             obs[actor_id], keys[actor_id], env_steps[actor_id] = o, k, e
-        env_action, action, extra = jax.device_get(self._step(self.params, obs, keys, env_steps))
-        pick = lambda i: jax.tree.map(lambda x: x[i], extra)  # noqa: E731
-        return {i: (env_action[i], action[i], pick(i), self.version) for i in requests}
+            jax.tree.map(lambda into, x: into.__setitem__(actor_id, x), memory, m)
+        env_action, action, extra, memory = jax.device_get(self._step(self.params, obs, keys, env_steps, memory))
+        pick = lambda tree, i: jax.tree.map(lambda x: x[i], tree)  # noqa: E731
+        return {i: (env_action[i], action[i], pick(extra, i), self.version, pick(memory, i)) for i in requests}
 
-    def act(self, actor_id: int, obs: np.ndarray, keys: np.ndarray, env_steps: int, version: int = 0) -> Answer:
+    def act(self, actor_id: int, obs: np.ndarray, keys: np.ndarray, env_steps: int, version: int = 0,
+            memory: Any = None) -> Answer:
         """One actor's request, answered at once (the inline back-end, where the copy of `version` is loaded
         before any request of it)."""
         del version
-        return self.answer({actor_id: (obs, keys, env_steps)})[actor_id]
+        return self.answer({actor_id: (obs, keys, env_steps, memory)})[actor_id]
 
 
 class InferenceServer:
@@ -105,14 +116,16 @@ class InferenceServer:
         self.loaded.set()
         return self.policy.version
 
-    async def act(self, actor_id: int, obs: np.ndarray, keys: np.ndarray, env_steps: int, version: int) -> Answer:
-        """An actor's request, made holding the ticket of `version`. Ray orders no calls between two callers,
-        so the learner's `load` of that version can come after the request: it waits for it."""
+    async def act(self, actor_id: int, obs: np.ndarray, keys: np.ndarray, env_steps: int, version: int,
+                  memory: Any = None) -> Answer:
+        """An actor's request, made holding the ticket of `version` (with a recurrent policy's state). Ray orders
+        no calls between two callers, so the learner's `load` of that version can come after the request: it
+        waits for it."""
         while self.policy.version < version:
             self.loaded.clear()
             await self.loaded.wait()
         future = asyncio.get_running_loop().create_future()
-        self.pending[actor_id] = ((obs, keys, env_steps), future)
+        self.pending[actor_id] = ((obs, keys, env_steps, memory), future)
         if len(self.pending) == self.policy.actors:
             self._serve()
         elif len(self.pending) == 1:

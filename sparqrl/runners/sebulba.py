@@ -108,16 +108,13 @@ def resolve_fragment_steps(algo_name: str, al: ActorLearner, run: RunConfig) -> 
 
 
 def check_recurrent(al: ActorLearner, run: RunConfig) -> None:
-    """What a recurrent policy's actors (`Acting.memory`) cannot do, in one line each: int8 (quantized actors' int8 is
-    ONNX Runtime's integer matmul on Dense chains; a cell's gates are not one) and central inference."""
-    if al.acting.memory is None:
-        return
-    kind = f"memory={al.acting.memory.kind}"
-    cfg.require(run.actor_precision != "int8", "actor_precision", run.actor_precision,
-                f"must be fp32, fp16 or bf16 with {kind}: int8 actors run ONNX Runtime's integer matmul on Dense "
-                "chains, and a recurrent cell's gates are not one (fp16 and bf16 are weight-only, as for every network)")
-    cfg.require(run.inference == "actor", "inference", run.inference,
-                f"must be actor with {kind}: the recurrent state lives in the actors")
+    """What a recurrent policy's actors (`Acting.memory`) cannot do, in one line: int8 (quantized actors' int8 is
+    ONNX Runtime's integer matmul on Dense chains; a cell's gates are not one)."""
+    memory = al.acting.memory
+    cfg.require(memory is None or run.actor_precision != "int8", "actor_precision", run.actor_precision,
+                f"must be fp32, fp16 or bf16 with memory={getattr(memory, 'kind', None)}: int8 actors run ONNX "
+                "Runtime's integer matmul on Dense chains, and a recurrent cell's gates are not one (fp16 and bf16 "
+                "are weight-only, as for every network)")
 
 
 def check_extras(run: RunConfig) -> None:
