@@ -43,6 +43,7 @@ CHEAP_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive
 # A regular expression found in a command -> why it cannot run in CI. The docs mark the same commands.
 NOT_IN_CI = {
     r"--ray-address auto": "needs a running Ray cluster",
+    r"--workers \d": "starts Ray (tests/test_workers.py runs this path)",
     r"\b(ALGO|DIR|FILE)\b|\[": "a synopsis (placeholders), not a command",
     r"compare runs/ppo-cartpole": "reads runs on two environments that no command of its page trains "
                                   "(tests/test_compare_rliable.py runs this path)",
