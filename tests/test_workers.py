@@ -22,7 +22,7 @@ from sparqrl.algos import ppo  # noqa: E402
 from sparqrl.meta import run as meta_run  # noqa: E402
 from sparqrl.runners import RunConfig, train  # noqa: E402
 from sparqrl.runners.anakin import load_state  # noqa: E402
-from sparqrl.runners.workers import Pool, Workers, slices  # noqa: E402
+from sparqrl.runners.workers import Pool, Workers, gpu_share, slices  # noqa: E402
 
 PPO = ppo.Config(total_timesteps=4 * 32, num_envs=4, num_steps=32, num_minibatches=1, update_epochs=1,
                  hidden=(16, 16))
@@ -32,6 +32,11 @@ INNER = ("num_envs=4", "num_steps=16", "num_minibatches=1", "update_epochs=1", "
 def test_slices_are_contiguous_in_order_and_at_most_two_shapes():
     assert slices(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]
     assert slices(4, 2) == [(0, 2), (2, 4)] and slices(3, 8) == [(0, 1), (1, 2), (2, 3)] and slices(5, 1) == [(0, 5)]
+
+
+def test_workers_take_a_gpu_each_or_equal_shares_that_fit():
+    assert gpu_share(0, 4) == 0 and gpu_share(8, 4) == 1 and gpu_share(4, 4) == 1
+    assert gpu_share(1, 2) == 0.5 and gpu_share(2, 3) == 0.5 and gpu_share(2, 5) == pytest.approx(1 / 3)
 
 
 @pytest.mark.parametrize("args, message", [

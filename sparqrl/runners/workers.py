@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from typing import Any, Hashable, Iterator, Protocol, Sequence
 
 from sparqrl import config as cfg
@@ -93,6 +94,18 @@ def run_slice(job: Job, args: tuple) -> Any:
     return job.run(built, *args)
 
 
+SHARED_GPU_ENV = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+
+def gpu_share(gpus: float, workers: int) -> float:
+    """The GPUs each worker asks Ray for: none on a cluster without GPUs; one each where there are enough; else an
+    equal share of one, 1 / ceil(workers / GPUs), so that every worker fits (Ray places a fractional share within one
+    GPU, and points the worker's CUDA_VISIBLE_DEVICES at it; a worker that asks for none would see every GPU)."""
+    if gpus < 1:
+        return 0
+    return 1 / math.ceil(workers / int(gpus)) if workers > gpus else 1
+
+
 class SliceFailed(RuntimeError):
     """A slice's task failed on every try (its worker died `MAX_RETRIES` + 1 times)."""
 
@@ -118,8 +131,12 @@ class Pool:
 
     def _started(self) -> list[Any]:
         if not self._actors:
+            share = gpu_share(self.ray.cluster_resources().get("GPU", 0), self.workers)
+            # workers that share a GPU must not each take most of its memory first
+            env = {"runtime_env": {"env_vars": SHARED_GPU_ENV}} if 0 < share < 1 else {}
             # a worker's death is retried; an error the job raises is not (it would raise again)
-            actor = self.ray.remote(num_cpus=1, max_restarts=MAX_RETRIES, max_task_retries=MAX_RETRIES)(SliceWorker)
+            actor = self.ray.remote(num_cpus=1, num_gpus=share, max_restarts=MAX_RETRIES, max_task_retries=MAX_RETRIES,
+                                    **env)(SliceWorker)
             self._actors = [actor.remote() for _ in range(self.workers)]
         return self._actors
 
