@@ -1,6 +1,7 @@
 """Spreading seeds over a CPU's cores: XLA runs one CPU "device" per process unless told before JAX is
 imported (`--xla_force_host_platform_device_count`), and the on-device runner shards the seed axis
-over as many devices as divide the seed count. The `sparqrl` command decides this before importing JAX
+over as many devices as divide the seed count (a sweep's settings x seeds; a meta run's population,
+`meta.run.population_devices`). The `sparqrl` command decides this before importing JAX
 (`sparqrl.entry`); from Python, set the flag yourself before the first `import jax`:
 
     import os
@@ -21,6 +22,7 @@ CHOICE_ENV = "SPARQRL_SEED_SPREAD"  # what the command decided, for summary.json
 # Measured (BENCHMARKS.md, "Seeds over cores", 2 cores): spreading was faster from 2 seeds on (1.22x at 2,
 # 1.44x at 4, 2.19x at 8, 1.87x at 64), so one seed per device is enough.
 MIN_SEEDS_PER_DEVICE = 1
+META_POPSIZE = 32  # `sparqrl meta`'s default --popsize (MetaConfig.popsize; not imported: JAX is not loaded yet)
 
 
 def cpu_devices_for(seeds: int, cores: int) -> int:
@@ -33,15 +35,16 @@ def cpu_devices_for(seeds: int, cores: int) -> int:
     return best
 
 
-def _option(argv: list[str], flag: str, field: str) -> str | None:
-    """The value of `--flag V`, `--flag=V` or `--set field=V` (the last one given)."""
+def _option(argv: list[str], flag: str, field: str | None) -> str | None:
+    """The value of `--flag V`, `--flag=V` or `--set field=V` (the last one given; field None: a flag only,
+    as meta's --set items are the inner config's)."""
     value = None
     for i, arg in enumerate(argv):
         if arg == flag and i + 1 < len(argv):
             value = argv[i + 1]
         elif arg.startswith(flag + "="):
             value = arg.split("=", 1)[1]
-        elif arg == "--set" and i + 1 < len(argv) and argv[i + 1].startswith(field + "="):
+        elif field and arg == "--set" and i + 1 < len(argv) and argv[i + 1].startswith(field + "="):
             value = argv[i + 1].split("=", 1)[1]
     return value
 
@@ -58,10 +61,16 @@ def _settings(argv: list[str]) -> int:
 
 
 def _run_of(argv: list[str]) -> tuple[str, int] | None:
-    """(env, seeds) of the `train` or `sweep` command in argv (a resumed run's from its config.json), or
-    None. A sweep's seeds count every setting's."""
-    if not argv or argv[0] not in ("train", "sweep"):
+    """(env, members to split) of the `train`, `sweep` or `meta` command in argv (a resumed run's from its
+    config.json), or None: a train run's seeds, a sweep's settings x seeds, a meta run's population (its
+    members' inner seeds stay together, `meta.run.population_fitness`). None where the work runs elsewhere:
+    over Ray workers (`--workers`, `--ray-address`), or one M-FOS learner (`--trainer ppo`)."""
+    if not argv or argv[0] not in ("train", "sweep", "meta"):
         return None
+    if argv[0] != "train" and ({"--workers", "--ray-address"} & {a.split("=", 1)[0] for a in argv}):
+        return None
+    if argv[0] == "meta":
+        return _meta_run_of(argv)
     if "--resume" in argv:
         i = argv.index("--resume")
         try:
@@ -74,6 +83,21 @@ def _run_of(argv: list[str]) -> tuple[str, int] | None:
         return _option(argv, "--env", "env") or "CartPole-v1", seeds * (_settings(argv) if argv[0] == "sweep" else 1)
     except ValueError:
         return None  # the command's own parsing reports the bad value
+
+
+def _meta_run_of(argv: list[str]) -> tuple[str, int] | None:
+    """(env, popsize) of a `meta` command line (a resumed run's from its config.json), or None."""
+    try:
+        if "--resume" in argv:
+            data = json.loads((Path(argv[argv.index("--resume") + 1]) / "config.json").read_text())["meta"]
+            env, popsize, trainer = str(data["env"]), int(data["popsize"]), str(data.get("trainer", "es"))
+        else:
+            env = _option(argv, "--env", None) or "CartPole-v1"
+            popsize = int(_option(argv, "--popsize", None) or META_POPSIZE)
+            trainer = _option(argv, "--trainer", None) or "es"
+    except (IndexError, OSError, ValueError, KeyError, TypeError):
+        return None  # the command's own parsing reports it
+    return None if trainer == "ppo" else (env, popsize)
 
 
 def spread_seeds(argv: list[str]) -> None:
@@ -89,7 +113,8 @@ def spread_seeds(argv: list[str]) -> None:
     devices = cpu_devices_for(run[1], cores)
     if devices > 1:
         os.environ["XLA_FLAGS"] = f"{flags} {FLAG}={devices}".strip()
-        os.environ[CHOICE_ENV] = f"{devices} CPU devices (auto: {run[1]} seeds over {cores} cores)"
+        what = "population members" if argv[0] == "meta" else "seeds"
+        os.environ[CHOICE_ENV] = f"{devices} CPU devices (auto: {run[1]} {what} over {cores} cores)"
 
 
 def seed_spread(devices_used: int) -> str:

@@ -28,6 +28,13 @@ def test_seeds_are_spread_over_as_many_cores_as_divide_them():
         (["train", "ppo", "--seeds", "64"], {"JAX_PLATFORMS": "cuda"}, None),
         (["train", "ppo", "--seeds", "many"], {}, None),
         (["eval", "runs/a"], {}, None),
+        (["sweep", "ppo", "--grid", "lr=1e-3,3e-4"], {}, "=2"),  # 2 settings x 1 seed
+        (["sweep", "ppo", "--grid", "lr=1e-3,3e-4", "--workers", "2"], {}, None),  # spread over Ray workers
+        (["meta", "lpo"], {}, "=2"),  # the default population, 32
+        (["meta", "lpo", "--popsize", "4", "--seeds", "1"], {}, "=2"),
+        (["meta", "lpo", "--popsize=1", "--set", "popsize=4"], {}, None),  # --set items are the inner config's
+        (["meta", "mfos", "--trainer", "ppo"], {}, None),  # one learner
+        (["meta", "lpo", "--ray-address", "127.0.0.1:6379"], {}, None),
     ],
 )
 def test_the_command_decides_before_jax_is_imported(monkeypatch, argv, env, expected):
@@ -43,5 +50,21 @@ def test_the_command_decides_before_jax_is_imported(monkeypatch, argv, env, expe
     else:
         assert f"{devices.FLAG}{expected}" in flags
     assert (devices.CHOICE_ENV in os.environ) == (expected == "=2")
-    if expected == "=2":
+    if expected == "=2" and argv[:3] == ["train", "ppo", "--seeds"]:
         assert devices.seed_spread(2) == "2 CPU devices (auto: 64 seeds over 2 cores)"
+
+
+def test_a_resumed_meta_run_is_spread_by_its_population(monkeypatch, tmp_path):
+    (tmp_path / "config.json").write_text('{"meta": {"env": "CartPole-v1", "popsize": 6, "trainer": "es"}}')
+    for name in ("XLA_FLAGS", "JAX_PLATFORMS", devices.CHOICE_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    devices.spread_seeds(["meta", "--resume", str(tmp_path)])
+    assert os.environ["XLA_FLAGS"] == f"{devices.FLAG}=3"
+    assert devices.seed_spread(3) == "3 CPU devices (auto: 6 population members over 4 cores)"
+
+
+def test_the_meta_default_population_is_the_configs():
+    from sparqrl.meta.config import MetaConfig
+
+    assert devices.META_POPSIZE == MetaConfig.popsize

@@ -32,19 +32,20 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from sparqrl import config as cfg, npzsafe
 from sparqrl.algos import get_algorithm
 from sparqrl.algos.ppo import objectives
 from sparqrl.meta import tasks as meta_tasks
 from sparqrl.meta.config import DEFAULT_ENV, MetaConfig
-from sparqrl.meta.strategies import PRESETS, STRATEGIES, Strategy, make_strategy, member_keys
+from sparqrl.meta.strategies import (PRESETS, STRATEGIES, GenerationOutput, Strategy, make_strategy,
+                                     member_keys)
 from sparqrl.runfiles import open_nofollow, write_atomic
 from sparqrl.trust import NOTHING, Trust, require_trusted
 
@@ -280,7 +281,8 @@ def population_fitness(task: meta_tasks.MetaTask, strategy: Strategy, seeds: int
     """`(population [P], key) -> (fitness [P], metrics [P])`: each member trained on `seeds` inner seeds
     (antithetic pairs share their seeds), its fitness the mean over seeds (NaN seeds skipped); with `first`
     (traced), population [p] is members first..first+p-1 of the whole, with their keys. With
-    `devices` > 1 the population axis is split over that many devices (shard_map; no collective)."""
+    `devices` > 1 the population axis is split over that many devices (shard_map; no collective), each device's
+    fitness left there."""
 
     def members(population: Any, keys: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
         per_seed = jax.vmap(jax.vmap(task.fitness, in_axes=(None, 0)), in_axes=(0, 0))(population, keys)
@@ -289,8 +291,14 @@ def population_fitness(task: meta_tasks.MetaTask, strategy: Strategy, seeds: int
 
     if devices > 1:
         mesh = Mesh(np.array(jax.devices()[:devices]), ("pop",))
-        members = jax.shard_map(members, mesh=mesh, in_specs=(PartitionSpec("pop"), PartitionSpec("pop")),
-                                out_specs=PartitionSpec("pop"), check_vma=False)
+        split = jax.shard_map(members, mesh=mesh, in_specs=(PartitionSpec("pop"), PartitionSpec("pop")),
+                              out_specs=PartitionSpec("pop"), check_vma=False)
+        whole = NamedSharding(mesh, PartitionSpec())
+
+        def members(population: Any, keys: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+            # what the split takes (ask's population, the members' keys) is computed whole on every device: left
+            # to GSPMD, their concatenations were split too, with all-to-alls between the devices
+            return split(*jax.lax.with_sharding_constraint((population, keys), whole))
 
     def evaluate(population: Any, key: jax.Array, first: jax.Array | None = None
                  ) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -302,14 +310,61 @@ def population_fitness(task: meta_tasks.MetaTask, strategy: Strategy, seeds: int
     return evaluate
 
 
+class SplitGeneration(NamedTuple):
+    """A generation whose population is split over several devices, as two programs with the host between
+    them (`generation_program`): nothing inside a program waits for another device."""
+
+    train: Callable  # (key, state) -> ((key_tell, population, state), (fitness [P], metrics [P]))
+    tell: Callable  # (key_tell, population, state, fitness [P], metrics [P]) -> (state, GenerationOutput)
+
+
 def generation_program(task: meta_tasks.MetaTask, strategy: Strategy, seeds: int, devices: int = 1
-                       ) -> Callable[[jax.Array, Any], tuple[Any, Any]]:
+                       ) -> Callable[[jax.Array, Any], tuple[Any, Any]] | SplitGeneration:
     """`(key, state) -> (state, GenerationOutput)`: ask -> population x seeds inner trainings -> tell; or,
-    for a trainer of its own (M-FOS's PPO), its `generation`."""
+    for a trainer of its own (M-FOS's PPO), its `generation`. Compile it with `compile_generation`.
+
+    With `devices` > 1, a `SplitGeneration`: ask and the members' trainings, each device's members its own and
+    its fitness left there (no collective); the host gathers the fitness; tell runs whole on one device, as in a
+    one-device run. In one program, GSPMD gathered the fitness and partitioned tell's sums over the devices: the
+    strategy's state then rounded differently from a one-device run's (by up to 0.018 after 2 generations of a
+    tiny `hparams` run, whose fitness was equal bit for bit), and a device that reached a collective first waited
+    there inside the program (where a device once hung, its partner stuck in a batched QR:
+    `nets.modules.orthogonal`)."""
     if not isinstance(strategy, Strategy):
         return strategy.generation
     evaluate = population_fitness(task, strategy, seeds, devices)
-    return lambda key, state: strategy.generation(evaluate, key, state)
+    if devices == 1:
+        return lambda key, state: strategy.generation(evaluate, key, state)
+
+    def train(key: jax.Array, state: Any) -> tuple[tuple[jax.Array, Any, Any], tuple[jax.Array, Any]]:
+        key_ask, key_eval, key_tell = jax.random.split(key, 3)  # as `Strategy.generation` splits it
+        population, state = strategy.ask(key_ask, state)
+        return (key_tell, population, state), evaluate(population, key_eval)
+
+    def tell(key_tell: jax.Array, population: Any, state: Any, fitness: jax.Array, aux: Any) -> tuple[Any, Any]:
+        state, metrics = strategy.tell(key_tell, population, fitness, state)
+        return state, GenerationOutput(metrics=metrics, fitness=fitness, aux=aux)
+
+    return SplitGeneration(train, tell)
+
+
+def compile_generation(generation: Callable[[jax.Array, Any], tuple[Any, Any]] | SplitGeneration, key: jax.Array,
+                       state: Any) -> Callable[[jax.Array, Any], tuple[Any, Any]]:
+    """`generation` (`generation_program`'s) compiled ahead of time for `key`'s and `state`'s shapes (`state` may
+    be abstract): `(key, state) -> (state, GenerationOutput)`."""
+    if not isinstance(generation, SplitGeneration):
+        return jax.jit(generation).lower(key, state).compile()
+    train = jax.jit(generation.train).lower(key, state).compile()
+    on_one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    carried, trained = jax.eval_shape(generation.train, key, state)
+    tell = jax.jit(generation.tell).lower(*jax.tree.map(
+        lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=on_one), (*carried, *trained))).compile()
+
+    def run(key: jax.Array, state: Any) -> tuple[Any, Any]:
+        carried, trained = jax.device_get(train(key, jax.device_get(state)))  # the host waits, no device does
+        return tell(*carried, *trained)
+
+    return run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,8 +431,8 @@ def init_state(prepared: Prepared) -> Any:
 
 def population_devices(popsize: int) -> int:
     """The most devices (of those present) that divide the population evenly. On the CPU that is one unless
-    XLA_FLAGS forces several host devices. (The gather of the members' fitness before `tell` once hung
-    there: it waited for a device stuck in its inner trainings' batched QR, `nets.modules.orthogonal`.)"""
+    XLA_FLAGS forces several host devices (the `sparqrl` command does on a multi-core CPU: `sparqrl.devices`).
+    A member's keys and its inner trainings' shapes do not depend on it (`generation_program`)."""
     return max(d for d in range(1, jax.device_count() + 1) if popsize % d == 0)
 
 
@@ -574,9 +629,8 @@ class MetaDriver:
         else:
             evaluate = worker_fitness(self.prepared, self.pool)
             generation = lambda key, state: strategy.generation(evaluate, key, state)  # noqa: E731
-        program = jax.jit(generation)
-        # placed by the program: its population may be split over devices (`population_devices`)
-        self._program = program.lower(generation_key(config.seed, 0), self._shapes()).compile()
+        # placed by the program(s): its population may be split over devices (`population_devices`)
+        self._program = compile_generation(generation, generation_key(config.seed, 0), self._shapes())
         self.compile_time_s += time.perf_counter() - start
 
     def init_state(self) -> Any:
