@@ -1,7 +1,8 @@
 """Recurrent policies on the actor-learner runner (issue 36 item 4): a host actor carries each env's state across
 steps and fragments, resets it where an episode ends and sends each step's, so the learner's re-run of a fragment
 from its first state gives the actor's own behaviour log-probabilities; fp16 actors act on the weight-only copy;
-central inference carries the state through its requests; the one-line refusals; learning a host task that needs memory (tests/own_envs.py's RememberBit)."""
+central inference carries the state through its requests; the one-line refusals; learning a host task that needs
+memory (tests/own_envs.py's RememberBit)."""
 
 from __future__ import annotations
 
@@ -49,49 +50,40 @@ def seed_of(tree, i):
     return jax.tree.map(lambda x: jnp.asarray(x)[:, i], tree)
 
 
-@pytest.mark.parametrize("algo, memory", [("ppo", "lstm"), ("impala", "gru")])
-def test_host_actor_carries_and_resets_the_state_as_a_step_by_step_unroll(algo, memory):
+@pytest.mark.parametrize("algo, memory, precision", [("ppo", "lstm", "fp32"), ("impala", "gru", "fp16")])
+def test_host_actor_carries_and_resets_the_state_as_a_step_by_step_unroll(algo, memory, precision):
+    """fp16: the actor acts as the network with fp16-rounded weights run in fp32 (weight-only)."""
     config_type = ppo.Config if algo == "ppo" else impala_train.Config
     config = config_type(num_envs=4, num_steps=6, total_timesteps=4 * 6 * 4, hidden=(8,), memory=memory,
                          memory_size=5, **({"num_minibatches": 2} if algo == "ppo" else {}))
-    frags, policy, network = host_fragments(algo, config)
+    frags, policy, network = host_fragments(algo, config, precision)
+    acted = jax.tree.map(lambda x: jnp.asarray(np.asarray(x).astype(FLOAT[precision]), jnp.float32), policy.params)
+    if precision == "fp16":  # (it did round)
+        assert not np.allclose(acted["params"]["Memory_0"]["hn"]["kernel"],
+                               policy.params["params"]["Memory_0"]["hn"]["kernel"])
+    rerun = jax.jit(fragment_outputs, static_argnums=0)
     for i in range(2):
-        params = jax.tree.map(lambda x: x[i], policy.params)
-        first = seed_of(frags[0], i)
-        assert all(np.all(np.asarray(c)[0] == 0) for c in jax.tree.leaves(first.memory))  # a run starts from zero
-        carry = jax.tree.map(lambda c: c[0], first.memory)
+        params = jax.tree.map(lambda x: x[i], acted)
+        steps = jax.tree.map(lambda *xs: jnp.concatenate(xs), *[seed_of(f, i) for f in frags])  # [3T, n]: in order
+        done = np.asarray(steps.terminated | steps.truncated)
+        assert done[config.num_steps:-1].any(), "a later fragment must hold an episode start to test the reset"
+        zeros = jax.tree.map(jnp.zeros_like, jax.tree.map(lambda c: c[0], steps.memory))  # where a run starts
+        carries, raw, _, _ = step_by_step(network, params, steps.obs, jnp.asarray(done), zeros)
+        # the stored states: the unroll's, carried across fragments, zero after an episode's end
+        for stored, expected in zip(jax.tree.leaves(steps.memory), jax.tree.leaves(carries)):
+            np.testing.assert_allclose(stored, expected, atol=1e-5)
+            assert np.all(np.asarray(stored)[1:][done[:-1]] == 0)
+            assert np.abs(np.asarray(stored)[1:][~done[:-1]]).sum() > 0
+        # the learner's re-run of each fragment from its first state gives the actor's behaviour log-probabilities
         for k, frag in enumerate(frags):
-            steps = seed_of(frag, i)
-            done = np.asarray(steps.terminated | steps.truncated)
-            if k == 1:
-                assert done[:-1].any(), "a fragment must hold an episode start to test the reset"
-            carries, raw, _, carry_after = step_by_step(network, params, steps.obs, jnp.asarray(done), carry)
-            # the stored states: the unroll's from where the last fragment left off (carried), zero after an end
-            for stored, expected in zip(jax.tree.leaves(steps.memory), jax.tree.leaves(carries)):
-                np.testing.assert_allclose(stored, expected, atol=1e-5)
-                assert np.all(np.asarray(stored)[1:][done[:-1]] == 0)
-                assert np.abs(np.asarray(stored)[1:][~done[:-1]]).sum() > 0
-            # the learner's re-run from the fragment's first state gives the actor's behaviour log-probabilities
-            dist, _, _ = fragment_outputs(network, params, steps.obs, steps.next_obs, steps)
-            np.testing.assert_allclose(dist.log_prob(steps.action), steps.extra, atol=1e-5)
-            np.testing.assert_allclose(dist.logits, jax.nn.log_softmax(raw), atol=1e-5)
-            carry = carry_after
+            part = seed_of(frag, i)
+            dist, _, _ = rerun(network, params, part.obs, part.next_obs, part)
+            np.testing.assert_allclose(dist.log_prob(part.action), part.extra, atol=1e-5)
+            np.testing.assert_allclose(dist.logits, jax.nn.log_softmax(raw[k * config.num_steps:][:config.num_steps]),
+                                       atol=1e-5)
 
 
-def test_fp16_actors_act_with_the_weight_only_copy():
-    """An fp16 actor's states and actions are those of the network with fp16-rounded weights, run in fp32."""
-    config = ppo.Config(num_envs=2, num_steps=4, total_timesteps=2 * 4 * 2, hidden=(8,), memory="gru", memory_size=4,
-                        num_minibatches=2)
-    frags, policy, network = host_fragments("ppo", config, "fp16", fragments=2, seeds=1)
-    rounded = jax.tree.map(lambda x: jnp.asarray(np.asarray(x[0]).astype(np.float16), jnp.float32), policy.params)
-    steps = jax.tree.map(lambda *xs: jnp.concatenate(xs), *[seed_of(f, 0) for f in frags])
-    done = jnp.asarray(np.asarray(steps.terminated | steps.truncated))
-    carries, raw, _, _ = step_by_step(network, rounded, steps.obs, done, jax.tree.map(lambda c: c[0], steps.memory))
-    np.testing.assert_allclose(steps.memory, carries, atol=1e-5)
-    np.testing.assert_allclose(steps.extra, jnp.take_along_axis(jax.nn.log_softmax(raw), steps.action[..., None],
-                                                                -1)[..., 0], atol=1e-5)
-    assert not np.allclose(rounded["params"]["Memory_0"]["hn"]["kernel"],
-                           policy.params["params"]["Memory_0"]["hn"]["kernel"][0])  # fp16 did round
+FLOAT = {"fp32": np.float32, "fp16": np.float16}
 
 
 def test_central_inference_acts_as_the_actors_own_copy():

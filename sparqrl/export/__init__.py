@@ -150,8 +150,9 @@ def check_recurrent(model: bytes, policy: Policy, reference: Reference, count: i
             state_error = max(state_error, float(np.max(np.abs(got - want) / (1.0 + np.abs(want)))))
         got_state = dict(zip((name for name, _ in names), state))
     if state_error > 1e-4:
-        unexportable("policy", f"the ONNX graph's recurrent states differ from the library's by up to {state_error:.2g} "
-                               f"(relative) over {CHECK_STEPS} steps (a network the exporter misreads)")
+        unexportable("policy", f"the ONNX graph's recurrent states differ from the library's by up to "
+                               f"{state_error:.2g} (relative) over {CHECK_STEPS} steps (a network the exporter "
+                               "misreads)")
     worst = ({"agreement": min(r["agreement"] for r in reports)} if policy.head.discrete
              else {"max_relative_error": max(r["max_relative_error"] for r in reports)})
     return {"observations": count, "steps": CHECK_STEPS, **worst, "max_state_relative_error": state_error}

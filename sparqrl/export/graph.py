@@ -251,10 +251,12 @@ def build_model(policy: Policy, precision: str, sparse: bool = False,
 
     info = output_info(policy)
     out_dtype = TensorProto.INT32 if policy.head.discrete else TensorProto.FLOAT
-    dtypes = {OUTPUT: out_dtype}
-    value_info = lambda side: [helper.make_tensor_value_info(name, dtypes.get(name, TensorProto.FLOAT), v["shape"])  # noqa: E731
-                               for name, v in info[side].items()]
-    graph = helper.make_graph(g.nodes, "sparqrl_policy", value_info("inputs"), value_info("outputs"), g.initializers)
+
+    def typed(side: str) -> list[Any]:  # the state and obs are float32, the action int32 or float32
+        return [helper.make_tensor_value_info(name, out_dtype if name == OUTPUT else TensorProto.FLOAT, v["shape"])
+                for name, v in info[side].items()]
+
+    graph = helper.make_graph(g.nodes, "sparqrl_policy", typed("inputs"), typed("outputs"), g.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="sparqrl")
     model.ir_version = IR_VERSION
     if metadata:
