@@ -120,8 +120,8 @@ class SliceWorker:
 
 
 class Pool:
-    """The workers of a run (inside `worker_session`): `workers` actors, started at the first `map`. A worker whose
-    process or node died is started again (on a node that has room) and its unfinished tasks run there."""
+    """The workers of a run (inside `worker_session`): up to `workers` actors, started as `map` needs them. A
+    worker whose process or node died is started again (on a node that has room) and its unfinished tasks run there."""
 
     def __init__(self, workers: int):
         import ray
@@ -129,21 +129,23 @@ class Pool:
         self.ray, self.workers = ray, workers
         self._actors: list[Any] = []
 
-    def _started(self) -> list[Any]:
-        if not self._actors:
+    def _started(self, needed: int) -> list[Any]:
+        """The first `needed` workers (at most `workers`), started where not yet."""
+        needed = min(needed, self.workers)
+        if len(self._actors) < needed:
             share = gpu_share(self.ray.cluster_resources().get("GPU", 0), self.workers)
             # workers that share a GPU must not each take most of its memory first
             env = {"runtime_env": {"env_vars": SHARED_GPU_ENV}} if 0 < share < 1 else {}
             # a worker's death is retried; an error the job raises is not (it would raise again)
             actor = self.ray.remote(num_cpus=1, num_gpus=share, max_restarts=MAX_RETRIES, max_task_retries=MAX_RETRIES,
                                     **env)(SliceWorker)
-            self._actors = [actor.remote() for _ in range(self.workers)]
+            self._actors += [actor.remote() for _ in range(needed - len(self._actors))]
         return self._actors
 
     def map(self, tasks: Sequence[tuple[Job, tuple]]) -> list[Any]:
         """`job.run(built, *args)` for each (job, args) of `tasks`, task i on worker i % workers, results in their
         order. An error a job raised is raised here as itself; a slice whose workers kept dying is a `SliceFailed`."""
-        actors = self._started()
+        actors = self._started(len(tasks))
         refs = [actors[i % len(actors)].run.remote(job, args) for i, (job, args) in enumerate(tasks)]
         try:
             return self.ray.get(refs)
