@@ -1,7 +1,8 @@
 """The outer loop of `sparqrl meta`: an evolution strategy over a meta task's inner trainings.
 
-One generation is ONE compiled program: ask -> fitness of population x inner seeds (vmapped; the
-population axis split over devices when there are several) -> tell (`generation_program`). The host
+One generation is ONE compiled program: ask -> fitness of population x inner seeds (vmapped) -> tell
+(`generation_program`); with several devices, two: the population split over them, the host gathering the
+fitness before tell, so that no program waits for another device. The host
 loop around it is the session of every run (`sparqrl.runners.session`: lock, checkpoints, Ctrl-C, failed
 writes, progress, energy) with one generation per chunk (`MetaDriver`); it writes fitness.csv, TensorBoard
 scalars and a checkpoint after every generation (`MetaRecords`); `--resume DIR` goes on from the checkpoint
