@@ -61,9 +61,10 @@ def first_non_finite(state: Any) -> str | None:
     return None
 
 
-def _orbax() -> Any:
-    """orbax.checkpoint, imported when a checkpoint is first written or read: its ~0.25 s import would
-    otherwise delay every run's first progress line (BENCHMARKS.md, "Start fast")."""
+def import_orbax() -> Any:
+    """orbax.checkpoint, imported when a checkpoint is first written or read (or by a run's prefetch, while it
+    trains): its ~0.25 s import would otherwise delay every run's first progress line (BENCHMARKS.md, "Start
+    fast")."""
     import orbax.checkpoint as ocp
 
     return ocp
@@ -72,24 +73,28 @@ def _orbax() -> Any:
 class Checkpointer:
     """Keeps the last two checkpoints in `directory`; each holds `state` and `meta` (JSON). `read_only`:
     a reader's, which never creates, writes or deletes anything. `finite`: only a finite state is saved (a
-    meta run's strategy state holds infinities and NaNs by design: a best fitness not yet seen, a failed member)."""
+    meta run's strategy state holds infinities and NaNs by design: a best fitness not yet seen, a failed member).
+    `asynchronous`: each save is written in the background while the run goes on (`save`)."""
 
-    def __init__(self, directory: Path, read_only: bool = False, finite: bool = True):
+    def __init__(self, directory: Path, read_only: bool = False, finite: bool = True, asynchronous: bool = False):
         self._directory = directory.absolute()
         self._read_only = read_only
         self._finite = finite
+        self._asynchronous = asynchronous and not read_only
         if not read_only:
             self._check_links()
             self._directory.mkdir(parents=True, exist_ok=True)  # a folder that cannot be made fails here, as before
         self._opened: Any = None  # orbax's CheckpointManager, made on first use
+        self._pending: int | None = None  # the step an asynchronous save is writing
 
     @property
     def _manager(self) -> Any:
         if self._opened is None:
-            ocp = _orbax()
+            ocp = import_orbax()
             options = (ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0,
                                                     enable_async_checkpointing=False) if self._read_only else
-                       ocp.CheckpointManagerOptions(max_to_keep=2, create=True, enable_async_checkpointing=False))
+                       ocp.CheckpointManagerOptions(max_to_keep=2, create=True,
+                                                    enable_async_checkpointing=self._asynchronous))
             self._opened = ocp.CheckpointManager(self._directory, options=options)
         return self._opened
 
@@ -98,14 +103,18 @@ class Checkpointer:
         check_no_links(self._directory.parent, [self._directory.name])
 
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
-        """Save `state` as `step` (replacing one there); raises `NonFiniteState` instead of saving NaNs."""
+        """Save `state` as `step` (replacing one there); raises `NonFiniteState` instead of saving NaNs.
+        `asynchronous`: returns once orbax holds its own copy of the state, which it writes in the background
+        (a checkpoint is listed only once complete, as always); the next save, `wait` or `close` waits for
+        that write first, and raises what failed it."""
+        self.wait()
         host = jax.device_get(state)  # fetched once for both checks
         bad = first_non_finite(host) if self._finite else None
         if bad is not None:
             raise NonFiniteState(f"the state's {bad} is not finite")
         meta = {**meta, CHECKSUM: state_checksum(host)}
         self._check_links()  # orbax replaces this step and deletes the oldest
-        ocp = _orbax()
+        ocp = import_orbax()
         failed: list[str] = []
         with _quiet_failures(failed):  # a failed write (a full disk) is the exception raised here, in one line
             try:
@@ -114,16 +123,35 @@ class Checkpointer:
                     args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
                     force=True,
                 )
+                if not self._asynchronous:
+                    self._manager.wait_until_finished()
+            except Exception as error:
+                failed.append(_one_line(error))
+                raise
+        if self._asynchronous:
+            self._pending = step
+
+    def wait(self) -> int | None:
+        """Wait until the asynchronous save in flight is written (raising what failed it, in one line as
+        `save`); the step it wrote, or None when none was in flight."""
+        step, self._pending = self._pending, None
+        if step is None:
+            return None
+        failed: list[str] = []
+        with _quiet_failures(failed):
+            try:
                 self._manager.wait_until_finished()
             except Exception as error:
                 failed.append(_one_line(error))
                 raise
+        return step
 
     def steps(self) -> list[int]:
         """Finished checkpoints, newest first (a write cut short is never listed: orbax renames a
         checkpoint into place only once it is complete)."""
         if self._read_only and not self._directory.is_dir():
             return []  # a run stopped before its first checkpoint
+        self.wait()
         self._check_links()
         self._manager.reload()
         return sorted(self._manager.all_steps(), reverse=True)
@@ -131,7 +159,7 @@ class Checkpointer:
     def restore(self, abstract_state: Any, step: int) -> tuple[Any, dict[str, Any]]:
         """Restore `step` into the structure, shapes, dtypes and shardings of `abstract_state`, verified
         against its checksum (raises on any damage)."""
-        ocp = _orbax()
+        ocp = import_orbax()
         restored = self._manager.restore(
             step,
             args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()),
@@ -170,15 +198,19 @@ class Checkpointer:
         """How checkpoint `step`'s stored arrays (names and shapes, from orbax's metadata) differ from
         `abstract_state`'s, or None when they match or cannot be read (then the checkpoint is damaged)."""
         try:
-            stored = _orbax().StandardCheckpointer().metadata(self._directory / str(step) / "state").item_metadata
+            stored = import_orbax().StandardCheckpointer().metadata(self._directory / str(step) / "state").item_metadata
             have = {leaf.name: tuple(leaf.shape) for leaf in jax.tree.leaves(stored.tree)}
         except Exception:  # noqa: BLE001 - unreadable metadata: damage, not another layout
             return None
         return layout_difference(have, leaf_shapes(abstract_state))
 
     def close(self) -> None:
-        if self._opened is not None:
-            self._opened.close()
+        """Waits for a save in flight (raising what failed it), then closes."""
+        try:
+            self.wait()
+        finally:
+            if self._opened is not None:
+                self._opened.close()
 
 
 def leaf_shapes(tree: Any) -> dict[str, tuple[int, ...]]:
@@ -222,7 +254,7 @@ def _quiet_failures(failed: list) -> Iterator[None]:
     many places at once (orbax logs each failed file; its other reads and writes end in 'Exception ignored'
     tracebacks when collected, and tensorstore's threads print tracebacks when they deliver them to orbax's
     event loop, already closed). The one line the run prints says it all: all of that is silenced, for a
-    moment longer when something failed (`failed` not empty)."""
+    moment longer when something failed (`failed` not empty), until the failed coroutines are collected."""
     saved = sys.unraisablehook, threading.excepthook, sys.stderr
     sys.unraisablehook = lambda unraisable: None
     threading.excepthook = lambda args: None
@@ -232,9 +264,9 @@ def _quiet_failures(failed: list) -> Iterator[None]:
             try:
                 yield
             finally:
-                if failed:
+                if failed:  # (a full collection costs 0.05-0.3 s with JAX loaded: never after a clean write)
                     time.sleep(0.5)  # the failed reads and writes still in flight finish
-                gc.collect()  # and their coroutines are finalised, while their tracebacks are still silenced
+                    gc.collect()  # and their coroutines are finalised, while their tracebacks are still silenced
     finally:
         sys.unraisablehook, threading.excepthook, sys.stderr = saved
 

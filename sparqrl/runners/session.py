@@ -27,6 +27,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Protocol
@@ -36,11 +37,14 @@ import numpy as np
 from sparqrl.config import ConfigError
 from sparqrl.runfiles import LinkRefused
 from sparqrl.signals import StopRequests
-from sparqrl.runners.checkpoint import Checkpointer, DamagedCheckpoints, IncompatibleCheckpoints, NonFiniteState
+from sparqrl.runners.checkpoint import (Checkpointer, DamagedCheckpoints, IncompatibleCheckpoints, NonFiniteState,
+                                       import_orbax)
 from sparqrl.runners.errors import RunFailed, RunInterrupted
 from sparqrl.runners.rundir import CONFIG, SUMMARY, RunDir, os_reason
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.telemetry import EnergyMeter, RunLogger, make_progress, plot_returns
+from sparqrl.telemetry.plots import pyplot
+from sparqrl.telemetry.timing import TimeSplit
 from sparqrl.telemetry.wandb_log import WandbWriter
 
 # What a write may fail with, recognised also in the text of an error that is not an OSError (tensorstore's).
@@ -162,6 +166,22 @@ def memory_bytes() -> int:
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+def prefetch_writers() -> None:
+    """Import, on a thread of its own while the first chunks train, what the run's end waits for otherwise:
+    orbax (the first checkpoint, often the last one: checkpoint_interval_s) and matplotlib (returns.png), about
+    0.6 s on the 2-core CPU. Not before: the set-up before compilation imports neither (tests/
+    test_startup_imports.py). The main thread's own import of either waits for this one (Python's module locks);
+    a failure here is left to that import to report."""
+    def load() -> None:
+        try:
+            import_orbax()
+            pyplot()
+        except Exception:  # noqa: BLE001 - the import where the module is used raises it again, in its place
+            pass
+
+    threading.Thread(target=load, name="sparqrl-prefetch", daemon=True).start()
+
+
 def notify(message: str) -> None:
     """One line to the user on stderr (the CLI's stdout carries the summary)."""
     print(f"sparqrl: {message}", file=sys.stderr, flush=True)
@@ -206,11 +226,14 @@ def run_session(rundir: RunDir, run: RunConfig, algo_name: str, driver: Driver, 
     `records`: a train run's (`TrainRecords`, the default; `driver` is then a `TrainDriver`) or another kind's."""
     out = rundir.path
     records = records if records is not None else TrainRecords(run, algo_name, driver)  # type: ignore[arg-type]
+    times = TimeSplit(lambda: driver.compile_time_s)
+    if isinstance(records, TrainRecords):
+        records.times = times  # its evaluations are timed on the session's clock
     go_on = f"{records.resume_command} {out}"
     stop = StopRequests()  # from the start: Ctrl-C during set-up or compilation ends in one line too
     session = None
     try:
-        session = _Session(rundir, run, driver, records, stop, on_chunk)
+        session = _Session(rundir, run, driver, records, stop, on_chunk, times)
         return session.execute(resuming)
     except KeyboardInterrupt:
         saved = session.save_on_interrupt() if session is not None else None
@@ -259,7 +282,7 @@ def _os_error_in(error: BaseException) -> OSError | None:
 def _failed_write(out: Path, go_on: str, error: OSError, session: "_Session | None") -> str:
     """`go_on`: the command that resumes the run in `out`."""
     where = f" ({error.filename})" if getattr(error, "filename", None) else ""
-    kept = session.saved_updates if session is not None else None
+    kept = session.settled() if session is not None else None
     state = (f"the run can go on from its checkpoint at {session.records.done_text(kept)}" if kept
              else "the run can start over from its saved config")
     return f"writing to {out} failed: {os_reason(error)}{where}; {state}: fix that, then `{go_on}`"
@@ -267,13 +290,14 @@ def _failed_write(out: Path, go_on: str, error: OSError, session: "_Session | No
 
 class _Session:
     def __init__(self, rundir: RunDir, run: RunConfig, driver: Driver, records: Records, stop: StopRequests,
-                 on_chunk: ChunkHook | None):
+                 on_chunk: ChunkHook | None, times: TimeSplit):
         self.rundir, self.run, self.driver, self.records, self.stop = rundir, run, driver, records, stop
-        self.on_chunk = on_chunk
+        self.on_chunk, self.times = on_chunk, times
         self.meter = EnergyMeter(rundir.path, run.country, run.energy)
         self.checkpointer: Checkpointer | None = None
         self.latest: tuple[int, int, Any] | None = None  # (chunks, updates, state) of the last logged chunk
-        self.saved_updates: int | None = None  # of the newest checkpoint (this session's or restored)
+        self.saved_updates: int | None = None  # of the newest checkpoint written (this session's or restored)
+        self.saving: int | None = None  # of the checkpoint being written in the background
         self.prior = {"wall_time_s": 0.0, "compile_time_s": 0.0}
         self.wall_start = time.perf_counter()
         self.steady = SteadyRate()
@@ -296,10 +320,30 @@ class _Session:
                 "compile_time_s": self.compile_time(), **self.driver.meta(), **self.meter.totals()}
 
     def save(self, chunks_done: int, updates_done: int, state: Any) -> None:
+        """Start writing a checkpoint (the one still being written, if any, is waited for first)."""
         assert self.checkpointer is not None
-        self.checkpointer.save(updates_done, state, self.meta(chunks_done, updates_done))
-        self.saved_updates = updates_done
+        with self.times.part("checkpoints"):
+            self._wait_saved()
+            self.checkpointer.save(updates_done, state, self.meta(chunks_done, updates_done))
+        self.saving = updates_done
         self.last_save = time.perf_counter()
+
+    def _wait_saved(self) -> None:
+        """Wait until the checkpoint being written is (raising what failed it); it is then the newest saved."""
+        saving, self.saving = self.saving, None
+        if saving is not None:
+            assert self.checkpointer is not None
+            self.checkpointer.wait()
+            self.saved_updates = saving
+
+    def settled(self) -> int | None:
+        """The updates of the newest checkpoint written, once the one being written is (if it fails: the one
+        before): what a message about a stopped run names."""
+        try:
+            self._wait_saved()
+        except Exception:  # noqa: BLE001 - the failure being reported already says what went wrong
+            pass
+        return self.saved_updates
 
     def save_on_interrupt(self) -> int | None:
         """Checkpoint where the run stopped (unless saved there already); the updates saved."""
@@ -312,11 +356,12 @@ class _Session:
             chunks, updates, state = self.latest
         else:
             return self.saved_updates
-        if updates and updates != self.saved_updates:  # (the initial state is made again from the seed)
+        if updates and updates not in (self.saved_updates, self.saving):  # (the initial state is made again from the seed)
             try:
                 self.save(chunks, updates, state)
             except NonFiniteState:
                 pass  # the last finite checkpoint stays
+        self._wait_saved()
         return self.saved_updates
 
     def restore(self) -> tuple[Any, int, int] | None:
@@ -343,7 +388,7 @@ class _Session:
     def execute(self, resuming: bool) -> dict:
         driver, run, stop = self.driver, self.run, self.stop
         self.rundir.claim("emissions.csv")  # (claimed before codecarbon may write it)
-        self.checkpointer = Checkpointer(self.rundir.claim("checkpoint"), finite=self.records.finite)
+        self.checkpointer = Checkpointer(self.rundir.claim("checkpoint"), finite=self.records.finite, asynchronous=True)
         restored = self.restore() if resuming else None  # verified before anything compiles
         stop.check()
         driver.build()
@@ -359,13 +404,15 @@ class _Session:
         # instead of delaying compilation (which it slowed by as much, started beside it) or the first
         # progress line. What it measures therefore starts with training (README, "Energy").
         self.meter.start_in_background()
+        prefetch_writers()
         progress = make_progress(run.progress)
         with progress:
             task = progress.add_task(self.records.label(), total=steps_per_seed, sps=0.0, ret="-")
             progress.update(task, completed=session_start[0])
             for chunk in range(done_chunks, len(bounds)):
                 stop.check()
-                state, per_seed = driver.run_chunk(chunk)
+                with self.times.part("training"):
+                    state, per_seed = driver.run_chunk(chunk)
                 env_step = bounds[chunk] * driver.env_steps_per_update
                 self.steady.chunk_done(env_step * driver.members, self.training_clock())
                 is_last = chunk == len(bounds) - 1
@@ -401,7 +448,7 @@ class _Session:
 
     def _fail_non_finite(self, chunk: int, what: str) -> None:
         first = self.driver.bounds[chunk - 1] + 1 if chunk else 1
-        kept = self.saved_updates
+        kept = self.settled()
         raise RunFailed(
             f"training diverged in chunk {chunk + 1} (updates {first}-{self.driver.bounds[chunk]}): {what}; "
             + (f"the last finite checkpoint ({self.records.done_text(kept)}) is kept" if kept is not None
@@ -410,7 +457,10 @@ class _Session:
 
     def _finish(self, state: Any) -> dict:
         totals = Totals(self.elapsed(), self.compile_time(), self.steady.rate(), self.meter.stop())
-        summary = self.records.finish(self.rundir, state, totals)
+        summary = self.records.finish(self.rundir, state, totals)  # (while the last checkpoint is written)
+        with self.times.part("checkpoints"):
+            self._wait_saved()
+        summary["time_s"] = self.times.seconds()
         self.rundir.write_text(SUMMARY, json.dumps(summary, indent=2))  # last: its presence means finished
         return summary
 
@@ -437,6 +487,12 @@ class TrainRecords:
         self.eval_returns: np.ndarray | None = None  # the last evaluation's [seeds, episodes]
         self.steps_asked: int | None = None  # the config's total_timesteps (`open`)
         self.wandb: WandbWriter | None = None  # with run.wandb (`open`)
+        self.times = TimeSplit(lambda: driver.compile_time_s)  # the session's, which `run_session` sets
+
+    def evaluate(self, state: Any) -> np.ndarray:
+        """The deterministic policy's returns [seeds, episodes], timed as the run's evaluation."""
+        with self.times.part("evaluation"):
+            return self.driver.evaluate(state)
 
     def label(self) -> str:
         return f"{self.algo_name} {self.run.env}"
@@ -463,7 +519,7 @@ class TrainRecords:
               per_seed: dict[str, Any]) -> str:
         """Evaluates where due (adding eval_return to `per_seed`), then logs the chunk."""
         if chunk == len(self.driver.bounds) - 1 or (self.run.eval_every and (chunk + 1) % self.run.eval_every == 0):
-            self.eval_returns = self.driver.evaluate(state)
+            self.eval_returns = self.evaluate(state)
             per_seed["eval_return"] = self.eval_returns.mean(axis=1)
         assert self.logger is not None
         self.logger.log(chunk + 1, env_step, elapsed(), per_seed)
@@ -471,7 +527,7 @@ class TrainRecords:
 
     def finish(self, rundir: RunDir, state: Any, totals: Totals) -> dict[str, Any]:
         if self.eval_returns is None:  # resumed after the last checkpoint, before the summary was written
-            self.eval_returns = self.driver.evaluate(state)
+            self.eval_returns = self.evaluate(state)
         driver, run = self.driver, self.run
         final = self.eval_returns.mean(axis=1)
         steps_per_seed = driver.bounds[-1] * driver.env_steps_per_update

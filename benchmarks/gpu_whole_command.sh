@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# benchmarks/whole_command.py on a GPU machine without network access, in one go: sparqrl's whole
+# `sparqrl train ppo --env CartPole-v1` command against the rejax script at 1, 1024 and 4096 seeds (issue 33,
+# items 1 and 2), on that machine's own JAX (its CUDA build; not the `cuda` extra), the rest from local wheels.
+#
+#   bash benchmarks/gpu_whole_command.sh download        # here, with network: wheels for Python 3.12 into .whl/
+#   bash benchmarks/gpu_whole_command.sh [SEEDS] [ROUNDS] # there (default 1,1024,4096 and 1 round); JSON to $OUT
+#
+# With the device tool: `echo /.whl/ >> .git/info/exclude` once, the download here, then a run that carries
+# `.whl` and calls this script (about 6 minutes for one round: 1, 1024 and 4096 seeds, both sides).
+# .whl/sparqrl: what sparqrl's core needs beyond the machine's image (its jax, numpy, matplotlib, tensorstore,
+# rich, torch... stay): sparqrl's pins of flax, optax, chex, orbax-checkpoint, gymnax, gymnasium, tensorboardX,
+# tyro and their small dependencies. .whl/rejax: rejax 0.1.3 with gymnax 0.0.9 (the 5-tuple step it unpacks),
+# distrax and TensorFlow Probability, installed apart and put first on the rejax side's path. Each side runs
+# in its own fresh processes with an empty cache folder, as on the CPU (whole_command.py's docstring). The
+# machine's python3 holds torch: the sparqrl side runs where torch is installed, as many GPU users' do.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WHEELS="$ROOT/.whl"
+
+SPARQRL_WHEELS=(
+    "flax==0.12.8" "optax==0.2.8" "chex==0.1.92" "orbax-checkpoint==0.12.8" "gymnax==1.0.1" "gymnasium==1.3.0"
+    "tensorboardX==2.6.5" "tyro==1.0.17" "six==1.17.0" "farama-notifications==0.0.4" "docstring-parser==0.17.0"
+    "shtab==1.7.2" "typeguard==4.4.4" "nest-asyncio==1.6.0" "lazy-loader==0.6"
+)
+REJAX_WHEELS=(
+    "rejax==0.1.3" "gymnax==0.0.9" "distrax==0.1.9" "tfp-nightly==0.26.0.dev20261027" "decorator==5.2.1"
+    "gast==0.6.0" "dm-tree==0.1.9"
+)
+
+if [[ "${1:-}" == "download" ]]; then
+    download() {  # folder, specs...: binary wheels for CPython 3.12 on x86-64 Linux, no dependencies
+        local into="$1"; shift
+        python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+            --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+            --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d "$into" "$@"
+    }
+    mkdir -p "$WHEELS/sparqrl" "$WHEELS/rejax"
+    download "$WHEELS/sparqrl" "${SPARQRL_WHEELS[@]}"
+    download "$WHEELS/rejax" "${REJAX_WHEELS[@]}"
+    du -sh "$WHEELS"
+    exit 0
+fi
+
+SEEDS="${1:-1,1024,4096}"
+ROUNDS="${2:-1}"
+OUT="${OUT:-$ROOT/out}"
+mkdir -p "$OUT"
+for side in sparqrl rejax; do
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "/tmp/site-$side" \
+        "$WHEELS/$side"/*.whl
+done
+nvidia-smi -L || true
+python3 -c "import jax; print('jax', jax.__version__, jax.devices())"
+export MUJOCO_GL=disable  # (no EGL library there; nothing here renders)
+PYTHONUNBUFFERED=1 python3 "$ROOT/benchmarks/whole_command.py" --seeds "$SEEDS" --rounds "$ROUNDS" \
+    --sparqrl-python "$(command -v python3)" --sparqrl-pythonpath "/tmp/site-sparqrl:$ROOT" \
+    --peer-python "$(command -v python3)" --peer-pythonpath "/tmp/site-rejax:/tmp/site-sparqrl" \
+    --timeout 400 --json "$OUT/whole_command_gpu.json" 2>&1 | tee "$OUT/whole_command_gpu.log"
