@@ -255,10 +255,10 @@ def recurrent_reference(act: Any, policy_params: Any) -> Reference:
     import jax
 
     step = jax.jit(act.step)
-    keys = jax.random.split(jax.random.PRNGKey(0), 1)
 
     def reference(obs: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
-        action, state = step(policy_params, np.asarray(obs, np.float32), keys.repeat(len(obs), 0), state)
+        keys = jax.random.split(jax.random.PRNGKey(0), len(obs))
+        action, state = step(policy_params, np.asarray(obs, np.float32), keys, state)
         return np.asarray(action), jax.tree.map(np.asarray, state)
 
     return reference

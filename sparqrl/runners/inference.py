@@ -77,11 +77,12 @@ class CentralPolicy:
         """One batched step for {actor_id: (obs, keys, env_steps, state or None)}."""
         first = next(iter(requests.values()))
         padded = lambda x: np.zeros((self.actors,) + np.shape(x), np.asarray(x).dtype)  # noqa: E731
-        obs, keys, env_steps, memory = padded(first[0]), padded(first[1]), np.zeros(self.actors, np.int32), \
-            jax.tree.map(padded, first[3])
+        obs, keys, memory = padded(first[0]), padded(first[1]), jax.tree.map(padded, first[3])
+        env_steps = np.zeros(self.actors, np.int32)
         for actor_id, (o, k, e, m) in requests.items():
             obs[actor_id], keys[actor_id], env_steps[actor_id] = o, k, e
-            jax.tree.map(lambda into, x: into.__setitem__(actor_id, x), memory, m)
+            for into, x in zip(jax.tree.leaves(memory), jax.tree.leaves(m)):
+                into[actor_id] = x
         env_action, action, extra, memory = jax.device_get(self._step(self.params, obs, keys, env_steps, memory))
         pick = lambda tree, i: jax.tree.map(lambda x: x[i], tree)  # noqa: E731
         return {i: (env_action[i], action[i], pick(extra, i), self.version, pick(memory, i)) for i in requests}
