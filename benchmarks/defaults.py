@@ -72,7 +72,8 @@ ROWS = (
     Row("ppo-host", "ppo", "gym:CartPole-v1", 100_000, 400.0, "tests/test_ppo_host.py: >= 450 at 100k, 1 actor",
         HOST),
     Row("dqn-host", "dqn", "gym:CartPole-v1", 500_000, 400.0, "the default budget, as dqn", HOST),
-    Row("impala-host", "impala", "gym:CartPole-v1", 200_000, 400.0, "tests/test_impala.py: >= 400 at 200k, 1 actor",
+    Row("impala-host", "impala", "gym:CartPole-v1", 300_000, 400.0, "tests/test_impala.py: >= 400 at 200k, 1 actor; "
+        "2 actors need 300k: at 200k 1 seed in 15 still sits on a plateau (history.md 'impala-host: lag 1, 300k')",
         HOST),
     Row("td3-host", "td3", "gym:Pendulum-v1", 20_000, -400.0, "as td3", HOST),
     Row("sac-host", "sac", "gym:Pendulum-v1", 20_000, -400.0, "as td3", HOST),

@@ -145,10 +145,12 @@ def train(algo: str, env: Any, *, steps: int, seeds: int = 1, out: str | Path | 
         out = tempfile.mkdtemp(prefix=f"sparqrl-{algo}-")
         overwrite = True  # the empty folder just made
     # the CLI's conversions and checks, from the values' string forms (3e-4, (64, 64), True, None)
-    run = cfg.override(RunConfig(), _strings(
-        {**run_options, "env": env, "seeds": seeds, "out": out, "overwrite": overwrite, "progress": progress}))
+    given = _strings(
+        {**run_options, "env": env, "seeds": seeds, "out": out, "overwrite": overwrite, "progress": progress})
+    run = cfg.override(RunConfig(), given)
     preset = presets.find(algo, run.env, run.preset)  # the env's tuned values under the caller's own
-    run = dataclasses.replace(run, preset=presets.name_of(preset))
+    run = dataclasses.replace(cfg.override(presets.apply_run(preset, RunConfig()), given),
+                              preset=presets.name_of(preset))
     config = cfg.override(presets.apply(preset, get_algorithm(algo).Config()),
                           _strings({**algo_options, "total_timesteps": steps}))
 

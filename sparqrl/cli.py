@@ -157,8 +157,8 @@ def _parse_with_preset(algo_name: str, argv: list[str], command: str = "train") 
     run, config = _parse(algo_name, argv, RunConfig(), get_algorithm(algo_name).Config(), command)
     preset = presets.find(algo_name, run.env, run.preset)
     if preset is not None:
-        run, config = _parse(algo_name, argv, RunConfig(), presets.apply(preset, get_algorithm(algo_name).Config()),
-                             command)
+        run, config = _parse(algo_name, argv, presets.apply_run(preset, RunConfig()),
+                             presets.apply(preset, get_algorithm(algo_name).Config()), command)
     return dataclasses.replace(run, preset=presets.name_of(preset)), config
 
 

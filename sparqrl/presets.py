@@ -6,8 +6,9 @@ own, a preset holds them, and `sparqrl train` / `sparqrl sweep` / `sparqrl.train
 (`RunConfig.preset`: "auto" by default; "none" for the plain defaults; or a preset's name). Every field the
 user sets wins over the preset; the run records the preset it used in config.json (`run.preset`).
 
-Presets change only fields that tune learning (rates, batch layout, network activation, normalisation),
-never the budget (`total_timesteps`).
+Presets change only fields that tune learning (rates, batch layout, network activation, normalisation; of
+the run, `run_fields`: how far the actor-learner runner's actors may lag the learner), never the budget
+(`total_timesteps`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ class Preset:
     """The family in words, for the README and errors."""
     source: str
     fields: Mapping[str, Any]
+    """The algorithm's config fields it sets."""
+    run_fields: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """The `RunConfig` fields it sets (the user's own values win over them as over `fields`)."""
 
 
 def _atari(env: str) -> bool:
@@ -91,8 +95,11 @@ PRESETS: tuple[Preset, ...] = (
         source="sparqrl's own runs (BENCHMARKS.md, 'impala-host: the collapse'): the actor-learner runner's actors "
                "act with copies a few versions old, and V-trace's importance weights clipped at 1 then bias the "
                "policy gradient toward the learner's own recent moves whenever the critic overestimates, until one "
-               "action is certain; rho_bar 10 leaves them unclipped in practice (on device they are 1)",
+               "action is certain; rho_bar 10 leaves them unclipped in practice (on device they are 1), and one "
+               "request in flight per actor (lag: actors - 1 versions, not 2 x actors - 1) keeps the learner's "
+               "policy near the actors' copy, so that the weights stay under 10",
         fields={"rho_bar": 10.0},
+        run_fields={"in_flight": 1},
     ),
 )
 
@@ -118,10 +125,17 @@ def apply(preset: Preset | None, config: Any) -> Any:
     return config if preset is None else dataclasses.replace(config, **preset.fields)
 
 
-def describe(name: str, config: Any, env: str) -> str:
-    """The line a run prints about the preset it uses: its values as the run has them (the user's win)."""
+def apply_run(preset: Preset | None, run: Any) -> Any:
+    """`run` (a `RunConfig`) with the preset's run fields (the caller then applies the user's own values)."""
+    return run if preset is None else dataclasses.replace(run, **preset.run_fields)
+
+
+def describe(name: str, config: Any, env: str, run: Any = None) -> str:
+    """The line a run prints about the preset it uses: its values as the run has them (the user's win); its run
+    fields where `run` is given (the runner that uses them)."""
     preset = next(p for p in PRESETS if p.name == name)
-    used = ", ".join(f"{k}={getattr(config, k)}" for k in preset.fields)
+    used = ", ".join([f"{k}={getattr(config, k)}" for k in preset.fields]
+                     + [f"{k}={getattr(run, k)}" for k in (preset.run_fields if run is not None else ())])
     return f"preset {name} for {env}: {used} (--preset none: the algorithm's defaults)"
 
 

@@ -158,13 +158,36 @@ def test_the_host_learner_bootstraps_a_time_limit_from_the_final_observation(tmp
 
 
 def test_host_envs_start_from_the_impala_host_preset():
-    """On the actor-learner runner V-trace's importance weights are left unclipped in practice (rho_bar 10;
-    BENCHMARKS.md 'impala-host: the collapse'); JAX envs (lag 0, weights 1) keep the defaults, Atari its paper's
-    settings."""
-    run, config = cli._parse_with_preset("impala", ["--env", "gym:CartPole-v1"])
+    """On the actor-learner runner V-trace's importance weights are left unclipped in practice (rho_bar 10) and
+    each actor has one request in flight (the policy lag: 1 version with 2 actors, not 3; BENCHMARKS.md
+    'impala-host'); JAX envs (lag 0, weights 1) keep the defaults, Atari its paper's settings."""
+    run, config = cli._parse_with_preset("impala", ["--env", "gym:CartPole-v1", "--actors", "2"])
     assert run.preset == "impala-host" and config == impala.Config(rho_bar=10.0)
+    assert run.in_flight == 1 and run.resolved_max_lag == 2
     assert presets.find("impala", "gym:Acrobot-v1").name == "impala-host"
     assert presets.find("impala", "CartPole-v1") is None
     assert presets.find("impala", "gym:ALE/Pong-v5").name == "impala-atari"
-    _, config = cli._parse_with_preset("impala", ["--env", "gym:CartPole-v1", "--set", "rho_bar=1"])
-    assert config.rho_bar == 1.0  # the user's value wins
+    run, config = cli._parse_with_preset("impala", ["--env", "gym:CartPole-v1", "--set", "rho_bar=1",
+                                                    "--in-flight", "2"])
+    assert config.rho_bar == 1.0 and run.in_flight == 2  # the user's values win
+    assert cli._parse_with_preset("impala", ["--env", "gym:ALE/Pong-v5"])[0].in_flight is None
+    assert cli._parse_with_preset("impala", ["--env", "gym:CartPole-v1", "--preset", "none"])[0].in_flight is None
+
+
+def test_the_python_api_takes_the_presets_run_fields(monkeypatch, tmp_path):
+    """`sparqrl.train` gives the runner the impala-host preset's in_flight 1, and the caller's value over it."""
+    import sparqrl
+    from sparqrl import runners
+
+    class Handed(Exception):
+        pass
+
+    def hand(algo, config, run, **hooks):
+        raise Handed(run, config)
+
+    monkeypatch.setattr(runners, "train", hand)
+    for options, in_flight in (({}, 1), ({"in_flight": 2}, 2)):
+        with pytest.raises(Handed) as handed:
+            sparqrl.train("impala", "gym:CartPole-v1", steps=1000, out=tmp_path / str(in_flight), **options)
+        run, config = handed.value.args
+        assert (run.preset, run.in_flight, config.rho_bar) == ("impala-host", in_flight, 10.0)

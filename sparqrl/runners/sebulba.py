@@ -140,7 +140,7 @@ def train(algo_name: str, algo_config: Any, run: RunConfig, *, on_chunk: ChunkHo
     check_extras(run)
     prepared = Prepared(algo_name, algo_config, run)
     if run.preset not in ("auto", "none"):  # said once every check has passed, as on the device
-        notify(presets.describe(run.preset, prepared.config, run.env))
+        notify(presets.describe(run.preset, prepared.config, run.env, run))
     rundir = start_run_dir(algo_name, prepared.config, run)
     return _run(prepared, algo_name, run, rundir, resuming=False, on_chunk=on_chunk, driver=driver)
 
