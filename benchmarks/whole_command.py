@@ -83,8 +83,9 @@ def sparqrl_run(python: Path, seeds: int, steps: int, extra_args: list[str], env
                    "--steps", str(steps), "--out", str(out), *extra_args]
         wall, _ = timed(command, clean_env(Path(folder), env_extra), timeout, f"sparqrl ({seeds} seeds)")
         summary = json.loads((out / "summary.json").read_text())
-    parts = dict(summary["time_s"])
-    parts["exit"] = wall - parts.pop("total")  # (negative by the clocks' resolution at most)
+    parts = dict(summary.get("time_s") or {})  # (none from a sparqrl before it: --sparqrl-pythonpath OLD_TREE)
+    if "total" in parts:
+        parts["exit"] = wall - parts.pop("total")  # (negative by the clocks' resolution at most)
     return {"wall_s": wall, "time_s": parts, "final_return_mean": summary["final_return_mean"],
             "steady_env_steps_per_s": summary.get("steady_env_steps_per_s"), "device": summary["device"]}
 
