@@ -159,8 +159,8 @@ def test_the_host_learner_bootstraps_a_time_limit_from_the_final_observation(tmp
 
 def test_host_envs_start_from_the_impala_host_preset():
     """On the actor-learner runner V-trace's importance weights are left unclipped in practice (rho_bar 10) and
-    each actor has one request in flight (the policy lag: 1 version with 2 actors, not 3; BENCHMARKS.md
-    'impala-host'); JAX envs (lag 0, weights 1) keep the defaults, Atari its paper's settings."""
+    each actor has one request in flight (the policy lag: 1 version with 2 actors, not 3; benchmarks/history.md
+    'impala-host: lag 1, 300k'); JAX envs (lag 0, weights 1) keep the defaults, Atari its paper's settings."""
     run, config = cli._parse_with_preset("impala", ["--env", "gym:CartPole-v1", "--actors", "2"])
     assert run.preset == "impala-host" and config == impala.Config(rho_bar=10.0)
     assert run.in_flight == 1 and run.resolved_max_lag == 2

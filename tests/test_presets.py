@@ -50,6 +50,6 @@ def test_the_run_records_its_preset_and_says_which_values_it_took(tmp_path, caps
 
 def test_ppo_learns_pendulum_with_its_preset(tmp_path):
     """The ppo-pendulum preset (sparqrl's own sweep): 300k steps reach about -180 on 4 held-out seeds
-    (BENCHMARKS.md, "Presets"); PPO's CartPole defaults stay near a random policy's -1200 there."""
+    (benchmarks/history.md, "Presets"); PPO's CartPole defaults stay near a random policy's -1200 there."""
     run = sparqrl.train("ppo", "Pendulum-v1", steps=307_200, out=tmp_path / "pendulum", chunks=2, energy=False)
     assert run.summary["final_return_mean"] > -400, run.summary["final_return_mean"]

@@ -127,7 +127,7 @@ def test_recurrent_policy_refuses_single_observation_acting():
         algo.act(None, jnp.zeros(env.observation_shape), jax.random.PRNGKey(0))
 
 
-# The smallest budget that separates them with margin on every seed (BENCHMARKS.md, "Recurrent policies").
+# The smallest budget that separates them with margin on every seed (benchmarks/history.md, "Recurrent policies").
 MEMORY_TASK = ("num_envs=8", "num_steps=16", "hidden=32", "memory_size=32")
 
 
