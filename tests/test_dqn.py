@@ -286,7 +286,8 @@ def test_dqn_learns_cartpole(tmp_path):
     2 CPU devices as the command spreads them: every seed's greedy return (10 episodes) >= 400.
 
     Measured at fb5b048: 500.0 and 427.2 (the margin is thin: the default misses about 7 % of seeds, BENCHMARKS.md
-    "Defaults on every seed", benchmarks/history.md "DQN: n-step 2 over 96 seeds"; the same command gave 500 and 252 at 52d4478).
+    "Defaults on every seed", benchmarks/history.md "DQN: n-step 2 over 96 seeds"; the same command gave 500
+    and 252 at 52d4478).
     """
     summary = train_as_users_do(tmp_path / "run", "dqn", "CartPole-v1")
     assert min(summary["final_return_per_seed"]) >= 400.0, summary["final_return_per_seed"]
