@@ -41,9 +41,9 @@ def train(algo_name: str, algo_config: Any, run: RunConfig, **kwargs: Any) -> di
     use_compile_cache(run.compile_cache)
     _check_loggers(run)
     if kwargs.get("workers") is not None:  # a sweep over Ray workers
-        from sparqrl.runners import sweep
+        from sparqrl.runners import sweep_workers
 
-        return sweep.train_on_workers(algo_name, algo_config, run, **kwargs)
+        return sweep_workers.train_on_workers(algo_name, algo_config, run, **kwargs)
     kwargs.pop("workers", None)
     if is_host_env(run.env):
         return _host_runner(algo_name).train(algo_name, algo_config, run, **kwargs)

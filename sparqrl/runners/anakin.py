@@ -273,7 +273,7 @@ class AnakinDriver:
 
     def chunk(self, state: Any, updates: int) -> tuple[Any, dict[str, np.ndarray]]:
         """`updates` updates of every member from `state` (host arrays), nothing queued after it: a sweep slice's
-        Ray task (`sweep.SweepSlice`)."""
+        Ray task (`sweep_workers.SweepSlice`)."""
         updates_n = jax.device_put(jnp.int32(updates), self.replicated)
         state, metrics = self._chunk(jax.device_put(state, self.sharding), self.hparams, updates_n)
         return state, {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
