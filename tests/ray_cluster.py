@@ -79,6 +79,17 @@ class LocalCluster:
         """Node id (hex) -> name, of the nodes alive (as far as this cluster knows)."""
         return {self.head_id: "node_head", **{node.node_id: name for name, node in self.workers.items()}}
 
+    def actor_pids(self, node_id: str) -> list[int]:
+        """The processes of the actors on node `node_id` (Ray's workers, children of its raylet, titled ray::Class
+        while they hold an actor; idle pooled workers are titled ray::IDLE)."""
+        import psutil
+        from ray._private import ray_constants
+
+        node = self.cluster.head_node if node_id == self.head_id else self.workers[self.node_ids()[node_id]]
+        raylet = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
+        return [child.pid for child in psutil.Process(raylet).children()
+                if child.name().startswith("ray::") and child.name() != "ray::IDLE"]
+
     def addresses(self) -> list[str]:
         """The IP every node of the cluster was started on."""
         return [node.node_ip_address for node in self.cluster.list_all_nodes()]

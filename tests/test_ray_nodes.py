@@ -7,12 +7,16 @@ ran a local Ray instance, as other tests in this worker do, cannot join one)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -96,9 +100,23 @@ def test_every_node_of_the_test_cluster_is_on_loopback_and_named(cluster):
     assert {node["NodeManagerAddress"] for node in nodes} == {LOOPBACK}
 
 
+@contextlib.contextmanager
+def paused(pids: list[int]) -> Iterator[None]:
+    """The processes `pids` stopped (SIGSTOP) inside the block, continued after it."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
 def lose_a_node_mid_run(tmp_path, cluster, algo, steps, chunks) -> tuple[dict, dict, str]:
     """Start a 2-actor run; once both actors have logged their nodes and the run has logged a chunk, remove a worker
-    node that runs one of them. Returns (summary, {(actor, incarnation): node}, the lost node's id)."""
+    node that runs one of them, and pause the other actor until the lost one's replacement has delivered. Returns
+    (summary, {(actor, incarnation): node}, the lost node's id)."""
     cluster.restore()  # (after an earlier test's loss)
     run = Run(tmp_path, cluster, algo, steps, chunks)
     try:
@@ -106,8 +124,15 @@ def lose_a_node_mid_run(tmp_path, cluster, algo, steps, chunks) -> tuple[dict, d
         first = run.nodes()
         assert len(set(first.values())) == 2, first  # spread: one actor per node while actors <= nodes
         lost = next(node for node in first.values() if node != cluster.head_id)
+        survivors = [pid for node in set(first.values()) - {lost} for pid in cluster.actor_pids(node)]
+        assert survivors, first
         cluster.remove(lost)
         print(f"\nnode lost after {time.perf_counter() - run.start:.0f} s")
+        # The surviving actor paused until the replacement has delivered a fragment: otherwise, on a loaded
+        # machine, the survivor alone could finish the run before the replacement has started.
+        with paused(survivors):
+            run.wait_for(lambda: any(place[1] >= 1 for place in run.nodes()))
+        print(f"replacement's first fragment after {time.perf_counter() - run.start:.0f} s")
         summary = run.finish()
     finally:
         if run.proc.poll() is None:
