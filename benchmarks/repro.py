@@ -90,6 +90,15 @@ def _classic(name: str, algo: str, env: str, value: float, spread: float) -> Ent
 
 
 MINATAR_NOTE = "10M steps x 3 seeds, hours on a 2-core CPU"
+GYMNAX_MINATAR = {"Asterix": 15.0, "Breakout": 28.0, "Freeway": 58.0, "SpaceInvaders": 131.0}
+"""The gymnax README's checkpoint returns (its table at commit 086ad95; older READMEs show "R: ???" for MinAtar)."""
+GYMNAX_CKPT = ("gymnax README (commit 086ad95), 'Implemented Accelerated Environments': gymnax-blines' PPO/ES "
+               "checkpoint return")
+MINATAR_DIFFERS = ("gymnax: a checkpoint's return, its budget, config and evaluation not stated; ours: PureJaxRL's "
+                   "MinAtar PPO config (the ppo-minatar preset: its notebook's relu 64-64 MLP on the flattened "
+                   "observation, lr 5e-3, 64 envs x 128 steps) at 10M steps; PureJaxRL's own Breakout-MinAtar plot "
+                   "ends near 40 (read off a figure, not a table); the MinAtar paper (Young & Tian 2019) reports DQN "
+                   "and AC(lambda), not PPO")
 MUJOCO_NOTE = "host MuJoCo at 100-200 env steps/s on 2 cores: about an hour per seed"
 GPU_NOTE = "a GPU machine's entry"
 ENTRIES = (
@@ -104,10 +113,9 @@ ENTRIES = (
                                 "checkpoint return"),
           "gymnax: a checkpoint's return, budget and evaluation not stated; ours: the ppo-pendulum preset at 300k "
           "steps (the defaults matrix's budget)"),
-    *(Entry(f"ppo-{game.lower()}-minatar", "cpu", "MinAtar", "ppo", f"{game}-MinAtar", 10_000_000, 3, None,
-            "gymnax's MinAtar port; the ppo-minatar preset; the MinAtar paper (Young & Tian 2019) reports DQN and "
-            "AC(lambda), not PPO", note=MINATAR_NOTE)
-      for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")),
+    *(Entry(f"ppo-{game.lower()}-minatar", "cpu", "MinAtar", "ppo", f"{game}-MinAtar", 10_000_000, 3,
+            Reference(value, None, GYMNAX_CKPT), MINATAR_DIFFERS, note=MINATAR_NOTE)
+      for game, value in GYMNAX_MINATAR.items()),
     *(Entry(f"sac-{env.lower()}", "cpu", "Gymnasium MuJoCo", "sac", f"gym:{env}-v5", 300_000, 2, None,
             "the SAC paper (Haarnoja et al. 2018) plots MuJoCo v1 envs to 1-3M steps: no figure at 300k recorded",
             note=MUJOCO_NOTE)
@@ -123,9 +131,9 @@ ENTRIES = (
     *(Entry(f"{algo}-atari-breakout", "gpu", "Atari", algo, "gym:ALE/Breakout-v5", 2_500_000, 3, None,
             "10M frames = 2.5M agent steps at frame skip 4; the env's preset", note=GPU_NOTE)
       for algo in ("ppo", "impala", "dqn")),
-    *(Entry(f"ppo-{game.lower()}-minatar-16", "gpu", "MinAtar", "ppo", f"{game}-MinAtar", 10_000_000, 16, None,
-            "as the CPU suite's MinAtar entries, 16 seeds", note=GPU_NOTE)
-      for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")),
+    *(Entry(f"ppo-{game.lower()}-minatar-16", "gpu", "MinAtar", "ppo", f"{game}-MinAtar", 10_000_000, 16,
+            Reference(value, None, GYMNAX_CKPT), MINATAR_DIFFERS + "; 16 seeds", note=GPU_NOTE)
+      for game, value in GYMNAX_MINATAR.items()),
     Entry("smoke", "cpu", "smoke", "ppo", "CartPole-v1", 10_000, 1, None,
           "the CI slice: checks the suite's machinery, not returns", default=False),
 )
@@ -209,6 +217,7 @@ def run_entry(entry: Entry, out: Path, runs: Path) -> bool:
     run_dir = runs / entry.name
     argv = command(entry, run_dir)
     print(f"{entry.name}: sparqrl {' '.join(argv)}", flush=True)
+    head = commit()  # the code the run imports: taken before it, as others may commit during a long run
     start = time.perf_counter()
     done = subprocess.run([str(Path(sys.executable).with_name("sparqrl")), *argv], capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -217,7 +226,7 @@ def run_entry(entry: Entry, out: Path, runs: Path) -> bool:
         return False
     summary = json.loads((run_dir / "summary.json").read_text())
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    head, where = commit(), machine()
+    where = machine()
     rows = [{"entry": entry.name, "seed": i, "final_return": f"{float(r):.2f}", "budget": summary["steps"],
              "wall_time_s": f"{summary['wall_time_s']:.1f}", "commit": head, "date": stamp, "machine": where}
             for i, r in enumerate(summary["final_return_per_seed"])]
