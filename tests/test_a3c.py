@@ -108,10 +108,10 @@ def test_a_stale_gradient_is_dropped_and_counted_a_fresh_one_applied(tmp_path):
     no_episodes = (np.zeros((T, 1, N), np.float32), np.zeros((T, 1, N), bool))
     messages = [Fragment(0, 0, 0, 3, Gradients(*stale), *no_episodes, 0.0),
                 Fragment(0, 0, 1, 5, Gradients(*fresh), *no_episodes, 0.0)]
-    driver.learner, driver.updates_done, driver._stop, driver._pool_start = learner, 5, NoStop(), 0.0
+    driver.learner.start(learner)
+    driver.updates_done, driver._stop, driver._pool_start = 5, NoStop(), 0.0
     driver.pool = ScriptedPool(messages)
     driver._copy_ref = driver._publish()
-    driver._learn = jax.jit(driver._learn_sum, donate_argnums=(0, 1))
     driver.bounds = [6]
     after, per_seed = driver.run_chunk(0)
     assert driver.pool.messages == [] and driver.pool.submitted == [0, 0]  # each freed slot refilled

@@ -8,7 +8,9 @@ ran a local Ray instance, as other tests in this worker do, cannot join one)."""
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
+import math
 import os
 import re
 import signal
@@ -28,7 +30,9 @@ from ray_cluster import LOOPBACK, joining_env, local_cluster  # noqa: E402
 
 from sparqrl.config import ConfigError  # noqa: E402
 from sparqrl.runners.actors import Placement  # noqa: E402
-from sparqrl.runners.run_config import RunConfig  # noqa: E402
+from sparqrl.runners.gradients import GradientDriver  # noqa: E402
+from sparqrl.runners.run_config import RunConfig, parse_resources  # noqa: E402
+from sparqrl.runners.sebulba import check_learner  # noqa: E402
 
 pytestmark = RAY_SERIAL
 
@@ -49,11 +53,11 @@ def cluster():
 class Run:
     """`sparqrl train ALGO --env gym:CartPole-v1 --actors 2 --ray-address CLUSTER` in its own process."""
 
-    def __init__(self, tmp_path: Path, cluster, algo: list[str], steps: int, chunks: int):
+    def __init__(self, tmp_path: Path, cluster, algo: list[str], steps: int, chunks: int, more: tuple[str, ...] = ()):
         self.out, self.log = tmp_path / "run", tmp_path / "stderr.txt"
         argv = ["train", *algo, "--env", "gym:CartPole-v1", "--actors", "2", "--ray-address", cluster.address,
                 "--steps", str(steps), "--chunks", str(chunks), "--eval-every", "0", "--eval-episodes", "1",
-                "--checkpoint-every", "1000", "--no-progress", "--no-energy", "--out", str(self.out)]
+                "--checkpoint-every", "1000", "--no-progress", "--no-energy", "--out", str(self.out), *more]
         self.start = time.perf_counter()
         with open(self.log, "w") as stderr:
             self.proc = subprocess.Popen([str(Path(sys.executable).with_name("sparqrl")), *argv], env=joining_env(),
@@ -76,14 +80,17 @@ class Run:
         assert self.proc.poll() is None, self.log.read_text()[-3000:]
         raise AssertionError(f"not within {timeout} s; log: {self.log.read_text()[-3000:]}")
 
-    def finish(self) -> dict:
+    def exit_code(self) -> int:
         try:
             code = self.proc.wait(timeout=240)
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
         print(f"\n{self.proc.args[1]}: {time.perf_counter() - self.start:.0f} s")
-        assert code == 0, self.log.read_text()[-3000:]
+        return code
+
+    def finish(self) -> dict:
+        assert self.exit_code() == 0, self.log.read_text()[-3000:]
         return json.loads((self.out / "summary.json").read_text())
 
 
@@ -98,6 +105,56 @@ def test_every_node_of_the_test_cluster_is_on_loopback_and_named(cluster):
     assert sorted(name for node in nodes for name in node["Resources"] if name.startswith("node_")) == [
         "node_a", "node_b", "node_head"]
     assert {node["NodeManagerAddress"] for node in nodes} == {LOOPBACK}
+
+
+def test_the_learner_runs_where_learner_resources_say(tmp_path, cluster):
+    """`--learner-resources NODE=1`: the learner is a Ray actor on that node (logged, and summary.json's
+    learner_node); it holds the node's one CPU, so the two actors run on the two other nodes; the run learns and
+    logs every chunk as with the learner in the driver."""
+    cluster.restore()  # (after an earlier test's loss, the nodes are named anew)
+    name = sorted(cluster.workers)[-1]  # node_b, unless lost earlier
+    node = {n: i for i, n in cluster.node_ids().items()}[name]
+    run = Run(tmp_path, cluster, DQN, steps=1_000, chunks=4, more=("--learner-resources", f"{name}=1"))
+    summary = run.finish()
+    assert f"sparqrl: the learner runs on node {node} (learner_resources {name}=1)" in run.log.read_text()
+    assert summary["learner_node"] == node
+    assert len(run.nodes()) == 2 and node not in run.nodes().values(), run.nodes()
+    assert summary["actor_nodes"] == 2 and summary["actor_restarts"] == 0, summary
+    assert summary["steps"] == 1_000 and summary["versions_published"] == 1_000 // (5 * 2) + 1, summary
+    assert summary["learner_updates_per_s"] > 0 and 0 <= summary["final_return_mean"] <= 500, summary
+    with open(run.out / "metrics.csv") as file:
+        rows = list(csv.DictReader(file))
+    assert [int(row["env_step"]) for row in rows] == [250, 500, 750, 1000], rows
+    assert float(rows[-1]["gradient_steps"]) > 0 and math.isfinite(float(rows[-1]["loss"])), rows[-1]
+
+
+def test_learner_resources_no_node_offers_is_one_line(tmp_path, cluster):
+    run = Run(tmp_path, cluster, DQN, steps=1_000, chunks=4, more=("--learner-resources", "node_nowhere=1,CPU=1"))
+    assert run.exit_code() != 0
+    last = run.log.read_text().strip().splitlines()[-1]
+    assert last.startswith("sparqrl: error: learner_resources='node_nowhere=1,CPU=1' is not allowed: no node of the "
+                           "cluster offers them; its nodes offer: {"), last
+    assert "node_head: 1" in last and "Traceback" not in run.log.read_text()
+
+
+@pytest.mark.parametrize("value, why", [
+    ("node_b", "must be NAME=NUMBER"), ("node_b=0", "must be NAME=NUMBER"), ("GPU=1,GPU=2", "each name once"),
+    ("node_b=x", "must be NAME=NUMBER"), ("=1", "must be NAME=NUMBER")])
+def test_malformed_learner_resources_is_one_line(value, why):
+    with pytest.raises(ConfigError, match=f"learner_resources={re.escape(repr(value))} is not allowed: .*{why}"):
+        RunConfig(env="gym:CartPole-v1", actors=2, ray_address="127.0.0.1:1", learner_resources=value).validate()
+
+
+def test_learner_resources_needs_a_cluster_and_the_driver_s_learner():
+    with pytest.raises(ConfigError, match="learner_resources='GPU=1' is not allowed: needs --ray-address"):
+        RunConfig(env="gym:CartPole-v1", actors=2, learner_resources="GPU=1").validate()
+    with pytest.raises(ConfigError, match="needs inference=actor"):
+        RunConfig(env="gym:CartPole-v1", actors=2, ray_address="127.0.0.1:1", inference="central",
+                  learner_resources="GPU=1").validate()
+    run = RunConfig(env="gym:CartPole-v1", actors=2, ray_address="127.0.0.1:1", learner_resources="GPU=1")
+    with pytest.raises(ConfigError, match="learner_resources='GPU=1' is not allowed: is not available for a3c"):
+        check_learner("a3c", run, GradientDriver)
+    assert parse_resources("node_b=1, GPU=0.5") == {"node_b": 1.0, "GPU": 0.5}
 
 
 @contextlib.contextmanager

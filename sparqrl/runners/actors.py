@@ -245,6 +245,12 @@ class Actor:
         return Fragment(self.actor_id, self.incarnation, self.sequence - 1, acted_with, steps, np.stack(returns),
                         np.stack(dones), time.perf_counter() - start)
 
+    def collect_apart(self, copy: PolicyCopy) -> tuple[Fragment, Step]:
+        """`collect` as two Ray objects (called with num_returns=2): the fragment without its steps, for the driver's
+        bookkeeping, and the steps, which the driver hands on to a remote learner by reference (`RayPool` apart)."""
+        fragment = self.collect(copy)
+        return fragment._replace(steps=None), fragment.steps
+
     def close(self) -> None:
         self.envs.close()
 
@@ -393,16 +399,21 @@ PLACEMENT_TIMEOUT_S = 120.0
 
 class RayPool(_Replacements):
     """Each actor a Ray actor process (1 CPU, 1 thread); requests in flight tracked by ObjectRef. With a
-    `Placement`, the actors are placed over the cluster's nodes."""
+    `Placement`, the actors are placed over the cluster's nodes. `apart` (a remote learner): each fragment comes
+    back as two objects (`Actor.collect_apart`); `next` fetches the small one and returns the fragment with the
+    reference of its steps in place of them, so the steps go from actor to learner without passing here.
+    `check_source`: called before a failed actor is replaced; it raises if the published copies' source (a remote
+    learner, which owns them) is gone, whose loss fails every request without any actor being at fault."""
 
     backend = "ray"
 
     def __init__(self, spec: ActorSpec, reseed: int = 0, actor_class: type | None = None,
-                 placement: Placement | None = None):
+                 placement: Placement | None = None, apart: bool = False, check_source: Any = None):
         import ray
 
         super().__init__(spec.actors)
-        self.ray, self.spec, self.reseed = ray, spec, reseed
+        self.ray, self.spec, self.reseed, self.apart, self.check_source = ray, spec, reseed, apart, check_source
+        self.steps_refs: dict[Any, Any] = {}  # apart: a request's ObjectRef -> the reference of its steps
         if not ray.is_initialized():
             raise RuntimeError("RayPool needs Ray started: use it inside `ray_session(...)`")
         self.remote_actor = ray.remote(num_cpus=1, max_restarts=0, runtime_env={"env_vars": ACTOR_ENV})(
@@ -470,7 +481,11 @@ class RayPool(_Replacements):
         """What every request of this version passes: a small copy itself (Ray copies a task argument under
         its 100 KiB `max_direct_call_object_size` into the request, with no object-store round trip), a large
         one put in the object store once, by reference. Central inference: the server loads the copy, and
-        requests pass a ticket without the weights."""
+        requests pass a ticket without the weights. A reference (a remote learner put the copy in the object store)
+        is passed as it is."""
+        if isinstance(copy, self.ray.ObjectRef):
+            self.latest = copy
+            return copy
         if self.server is not None:
             self.server.load.remote(self.ray.put(copy))
             copy = copy._replace(params=None)
@@ -482,7 +497,11 @@ class RayPool(_Replacements):
 
     def submit(self, actor_id: int, copy_ref: Any) -> None:
         handle = self.handles[actor_id]
-        self.pending[handle.collect.remote(copy_ref)] = (actor_id, self.incarnations[actor_id], copy_ref)
+        if self.apart:
+            ref, self.steps_refs[ref] = handle.collect_apart.options(num_returns=2).remote(copy_ref)
+        else:
+            ref = handle.collect.remote(copy_ref)
+        self.pending[ref] = (actor_id, self.incarnations[actor_id], copy_ref)
 
     def next(self) -> Fragment:
         """The next fragment any actor has finished. A fragment a dead actor finished before it died is
@@ -492,10 +511,13 @@ class RayPool(_Replacements):
         while True:
             ready, _ = self.ray.wait(list(self.pending), num_returns=1)
             actor_id, incarnation, copy_ref = self.pending.pop(ready[0])
+            steps = self.steps_refs.pop(ready[0], None)
             self._learn_node(actor_id, incarnation)
             try:
-                fragment = self.ray.get(ready[0])
+                fragment = self.ray.get(ready[0]) if steps is None else self.ray.get(ready[0])._replace(steps=steps)
             except self.ray.exceptions.RayError as error:  # died (its node too), raised, or never started
+                if self.check_source is not None:
+                    self.check_source()
                 self.requests_lost += 1
                 if incarnation == self.incarnations[actor_id]:  # not yet replaced
                     self._replace(actor_id, f"{type(error).__name__}: {str(error).splitlines()[0]}")
@@ -523,6 +545,7 @@ class RayPool(_Replacements):
             except Exception:
                 pass
         self.pending.clear()
+        self.steps_refs.clear()
         if self.group is not None:  # the cluster's CPUs it reserved, freed for other runs
             from ray.util.placement_group import remove_placement_group
 
@@ -666,11 +689,13 @@ def ray_session(address: str | None, actors: int) -> Iterator[None]:
 
 
 def make_pool(backend: str, spec: ActorSpec, reseed: int = 0, actor_class: type | None = None,
-              placement: Placement | None = None) -> InlinePool | RayPool:
+              placement: Placement | None = None, apart: bool = False, check_source: Any = None
+              ) -> InlinePool | RayPool:
     """The actors of a run (a ray pool inside `ray_session`); `actor_class`: `Actor` (None) or a subclass; `placement`:
-    over a cluster's nodes (`Placement`), or None, where Ray puts them (one node)."""
+    over a cluster's nodes (`Placement`), or None, where Ray puts them (one node); `apart`, `check_source`:
+    `RayPool`'s (a remote learner)."""
     if backend == "ray":
-        return RayPool(spec, reseed, actor_class, placement)
+        return RayPool(spec, reseed, actor_class, placement, apart, check_source)
     return InlinePool(spec, reseed, actor_class)
 
 

@@ -4,6 +4,7 @@ hyperparameters live in its own Config."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Literal
 
@@ -29,6 +30,22 @@ ACTORS_PER_CPU = 4
 wait for a core (and a million of them would fork until the machine gives out)."""
 MAX_CLUSTER_ACTORS = 16_384
 """Actors at most on a Ray cluster (--ray-address), whose size is only known once joined."""
+
+
+def parse_resources(text: str) -> dict[str, float]:
+    """`NAME=NUMBER[,NAME=NUMBER...]` (e.g. `node_b=1,GPU=1`) -> {name: amount}; a one-line `ConfigError` otherwise."""
+    allowed = "must be NAME=NUMBER[,NAME=NUMBER...] with numbers > 0, each name once, e.g. GPU=1 or node_b=1,CPU=4"
+    resources: dict[str, float] = {}
+    for item in str(text).split(","):
+        name, sep, amount = (part.strip() for part in item.partition("="))
+        try:
+            value = float(amount)
+        except ValueError:
+            value = math.nan
+        cfg.require(bool(sep and name) and 0 < value < math.inf and name not in resources, "learner_resources", text,
+                    allowed)
+        resources[name] = value
+    return resources
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +144,11 @@ class RunConfig:
     """Central inference: the longest a batch waits, after its first request, for the other actors' requests."""
     actors_per_node: int | None = None
     """With --ray-address: put this many actors on each node of the cluster. None: spread them over its nodes,
-    one per node while actors <= nodes. (The learner runs in this process, on the machine the run starts on.)"""
+    one per node while actors <= nodes. (The learner runs in this process unless --learner-resources places it.)"""
+    learner_resources: str | None = None
+    """With --ray-address: run the learner (its state, compiled update and policy publishing) in a Ray actor on a
+    node of the cluster that offers these resources, NAME=NUMBER[,NAME=NUMBER...] (e.g. GPU=1, or node_b=1 for a
+    node started with that custom resource; 1 CPU unless CPU is named). None: in this process."""
     max_lag: int | None = None
     """On-policy learners (PPO): a fragment acted with a policy version more than this many learner updates
     older than the learner's is dropped and counted (summary.json's fragments_dropped), never trained on.
@@ -145,6 +166,10 @@ class RunConfig:
     def max_actors(self) -> int:
         """What the machine (or a Ray cluster) can run: `ACTORS_PER_CPU` per core, `MAX_CLUSTER_ACTORS`."""
         return ACTORS_PER_CPU * (os.cpu_count() or 1) if self.ray_address is None else MAX_CLUSTER_ACTORS
+
+    @property
+    def resolved_learner_resources(self) -> dict[str, float] | None:
+        return None if self.learner_resources is None else parse_resources(self.learner_resources)
 
     @property
     def resolved_backend(self) -> str:
@@ -196,3 +221,9 @@ class RunConfig:
                         self.actors_per_node, "must be an int >= 1")
             cfg.require(self.ray_address is not None, "actors_per_node", self.actors_per_node,
                         "needs --ray-address: it places actors on the nodes of a Ray cluster")
+        if self.learner_resources is not None:
+            self.resolved_learner_resources  # noqa: B018 - parsed: one line if malformed
+            cfg.require(self.ray_address is not None, "learner_resources", self.learner_resources,
+                        "needs --ray-address: it places the learner on a node of a Ray cluster")
+            cfg.require(self.inference == "actor", "learner_resources", self.learner_resources,
+                        "needs inference=actor (a central inference server takes its weights from the driver)")

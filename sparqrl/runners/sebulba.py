@@ -41,19 +41,18 @@ from sparqrl.runners.actors import (
     ActorSpec,
     Fragment,
     Placement,
-    PolicyCopy,
     RayPool,
     check_ray_address,
     make_pool,
     network_paths,
-    quantized_copy,
     ray_session,
 )
+from sparqrl.runners.learner import Learner, LearnerClient, RemoteLearnerBase, place_learner
 from sparqrl.runners.rundir import RunDir, start_run_dir
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.signals import StopRequests
 from sparqrl.runners.session import (ChunkHook, check_memory, chunk_bounds, eval_summary, notify, run_session,
-                                     saved_state)
+                                     saved_state, use_compile_cache)
 
 
 class Prepared:
@@ -133,11 +132,20 @@ def check_extras(run: RunConfig) -> None:
             check_ray_address(run.ray_address)  # (before the run folder is written)
 
 
+def check_learner(algo_name: str, run: RunConfig, driver: type | None) -> None:
+    """A remote learner (`--learner-resources`) is `SebulbaDriver`'s: refused, before anything is written, for a
+    driver of its own (gradient actors', `runners.gradients`, whose learner applies what its actors send)."""
+    cfg.require(run.learner_resources is None or driver is None, "learner_resources", run.learner_resources,
+                f"is not available for {algo_name}: its actors send gradients, which the learner in this process "
+                "applies")
+
+
 def train(algo_name: str, algo_config: Any, run: RunConfig, *, on_chunk: ChunkHook | None = None,
           driver: type | None = None) -> dict:
     """Train from scratch on a host environment; returns the summary (also in `run.out/summary.json`).
     driver: `SebulbaDriver` (None) or a subclass (`runners.gradients`)."""
     check_extras(run)
+    check_learner(algo_name, run, driver)
     prepared = Prepared(algo_name, algo_config, run)
     if run.preset not in ("auto", "none"):  # said once every check has passed, as on the device
         notify(presets.describe(run.preset, prepared.config, run.env, run))
@@ -149,6 +157,7 @@ def resume(rundir: RunDir, algo_name: str, algo_config: Any, run: RunConfig, *,
            on_chunk: ChunkHook | None = None, driver: type | None = None) -> dict:
     """Continue the run in `rundir` from its newest intact checkpoint (fresh host episodes); driver: as `train`'s."""
     check_extras(run)
+    check_learner(algo_name, run, driver)
     return _run(Prepared(algo_name, algo_config, run), algo_name, run, rundir, resuming=True, on_chunk=on_chunk,
                 driver=driver)
 
@@ -216,13 +225,14 @@ class SebulbaDriver:
                               run.inference, run.inference_deadline_ms, run.env_backend)
         self.learn_fragment = _learn_fragment(p.al)
         self.pool = None
-        self.learner = None
+        self.learner: Learner | LearnerClient | None = None  # `build` makes it
+        self.state: Any = None  # the learner's state as of the last chunk (or the start)
+        self.started = self.learning = False  # `start` ran; a fragment was learned (after set-up and compilation)
         self.updates_done = 0
         self.last_seen: dict[tuple[int, int], tuple[int, int]] = {}  # place -> (sequence, version) of its latest
         # On a cluster: the actors over its nodes; each (place, incarnation) logs its node once
         self.placement = Placement(run.actors_per_node) if run.ray_address is not None else None
         self.nodes_logged: set[tuple[int, int]] = set()
-        self._learn_c = None
         self._stop: StopRequests | None = None
 
     @property
@@ -233,6 +243,9 @@ class SebulbaDriver:
         return self.p.learner_shape
 
     def build(self) -> None:
+        start = time.perf_counter()
+        self.learner = self.make_learner()  # (a remote one first: bad --learner-resources end before compiling)
+        self.timers["startup_s"] += time.perf_counter() - start  # (starting a remote one is set-up)
         if self.run.progress:  # the learner's programs compile now and at the first fragment (JAX's persistent
             # cache, when on, makes a later run of this configuration load them instead)
             notify(f"compiling the learner for {self.run.env} (later runs of this configuration load it from the "
@@ -246,6 +259,16 @@ class SebulbaDriver:
     def init_state(self) -> Any:
         return self._init(self._keys)
 
+    def make_learner(self) -> Learner | LearnerClient:
+        """The learner: in this process, or (`--learner-resources`) in a Ray actor placed with those resources."""
+        run = self.run
+        if run.learner_resources is None:
+            return Learner(self.al, self.p.policy_fn, self.p.paths, run, self.learn_fragment, self.publishes_params)
+        client = place_learner(RemoteLearner, run.resolved_learner_resources, (self.spec.algo, self.p.config, run),
+                               f"sparqrl train --resume {run.out} --ray-address {run.ray_address}", run.learner_resources)
+        notify(f"the learner runs on node {client.node} (learner_resources {run.learner_resources})")
+        return client
+
     def meta(self) -> dict[str, Any]:
         return {**self.timers, "versions": self.prior["versions"] + self.counts["versions"],
                 "restarts": self.prior["restarts"] + (self.pool.restarts if self.pool is not None else 0),
@@ -258,40 +281,27 @@ class SebulbaDriver:
 
     def _publish(self) -> Any:
         start = time.perf_counter()
-        policy = jax.device_get(self.p.policy_fn(self.learner))
-        env_steps = int(np.asarray(self.learner.env_steps)[0])
-        if self.run.inference == "central":  # the server's fp32 weights (`inference.CentralPolicy`)
-            copy = PolicyCopy(self.updates_done, (), env_steps, sum(x.nbytes for x in jax.tree.leaves(policy)),
-                              params=policy)
-        else:
-            copy = quantized_copy(self.updates_done, policy, self.al.acting, self.p.paths, self.run.actor_precision,
-                                  self.run.quant_granularity, env_steps)
-            if self.publishes_params:
-                copy = copy._replace(params=policy, nbytes=copy.nbytes + sum(x.nbytes for x in jax.tree.leaves(policy)))
-        ref = self.pool.publish(copy)
+        ref, nbytes = self.learner.publish(self.pool, self.updates_done)
         self.timers["publish_s"] += time.perf_counter() - start
         self.counts["versions"] += 1
-        self.counts["nbytes"] = copy.nbytes
+        self.counts["nbytes"] = nbytes
         return ref
 
     def start(self, state: Any, updates_done: int, stop: StopRequests) -> None:
-        self.learner, self.updates_done, self._stop = state, updates_done, stop
+        self.learner.start(state)
+        self.state, self.updates_done, self._stop, self.started = state, updates_done, stop, True
         self._pool_start = time.perf_counter()
+        remote = isinstance(self.learner, LearnerClient)
         self.pool = make_pool(self.run.resolved_backend, self.spec, reseed=updates_done, actor_class=self.actor_class,
-                              placement=self.placement)
+                              placement=self.placement, apart=remote, check_source=self.learner.check if remote else None)
         self._copy_ref = self._publish()
         for actor_id in range(self.run.actors):
             for _ in range(self.run.resolved_in_flight):
                 self.pool.submit(actor_id, self._copy_ref)
-        self._learn = jax.jit(self._learn_sum, donate_argnums=(0, 1))  # donated: the replay buffer is updated in place
-
-    def _learn_sum(self, learner: Any, sums: dict, steps: Any) -> tuple[Any, dict]:
-        learner, metrics = self.learn_fragment(learner, steps)
-        return learner, jax.tree.map(jnp.add, sums, metrics)
 
     def run_chunk(self, chunk: int) -> tuple[Any, dict[str, np.ndarray]]:
         seeds, timers, counts = self.run.seeds, self.timers, self.counts
-        sums, ep_sum, ep_count = None, np.zeros(seeds), np.zeros(seeds)
+        ep_sum, ep_count = np.zeros(seeds), np.zeros(seeds)
         n = self.bounds[chunk] - self.updates_done
         while self.updates_done < self.bounds[chunk]:
             self._stop.check()  # between learner calls only: never with donated buffers in flight
@@ -309,22 +319,16 @@ class SebulbaDriver:
                 timers["wait_s"] += t1 - t0
                 self.pool.submit(frag.actor_id, self._copy_ref)
                 continue
-            if self._learn_c is None:  # compiled for the first fragment's shapes
+            if not self.learning:
                 # Starting the actors (processes, Ray, their jitted programs) until the first fragment
                 # arrives is set-up, like compilation: kept out of the steps/s rate.
                 timers["startup_s"] += t1 - self._pool_start
-                shapes = jax.eval_shape(self.learn_fragment, self.learner, frag.steps)[1]
-                self._zero_sums = lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)  # noqa: E731
-                self._learn_c = self._learn.lower(self.learner, self._zero_sums(), frag.steps).compile()
-                self.compile_time_s += time.perf_counter() - t1
-                t0 = t1 = time.perf_counter()
-            if sums is None:
-                sums = self._zero_sums()
-            self.learner, sums = self._learn_c(self.learner, sums, frag.steps)
-            jax.block_until_ready(sums)
+                self.learning, t0 = True, t1
+            compile_s = self.learner.learn(frag.steps)  # compiled for the first fragment's shapes
             t2 = time.perf_counter()
+            self.compile_time_s += compile_s
             timers["wait_s"] += t1 - t0
-            timers["learner_s"] += t2 - t1
+            timers["learner_s"] += t2 - t1 - compile_s
             self.updates_done += 1
             # Versions must not go back within an actor, in the order it made its fragments (which Ray
             # may deliver out of order).
@@ -337,10 +341,11 @@ class SebulbaDriver:
             if self.updates_done % self.run.publish_every == 0:
                 self._copy_ref = self._publish()
             self.pool.submit(frag.actor_id, self._copy_ref)
-        per_seed = {k: np.asarray(v) / max(n, 1) for k, v in jax.device_get(sums).items()} if sums else {}
+        per_seed = self.learner.take_means(n)
         per_seed["episode_return"] = np.where(ep_count > 0, ep_sum / np.maximum(ep_count, 1), np.nan)
         per_seed["policy_lag"] = np.full(seeds, counts["lag_sum"] / max(counts["fragments"], 1))
-        return self.learner, per_seed
+        self.state = self.learner.current()  # a remote learner's: fetched, for checkpoints and evaluation
+        return self.state, per_seed
 
     def _log_node(self, frag: Fragment) -> None:
         """One line per actor process of a cluster run, at its first fragment: the node it runs on."""
@@ -355,14 +360,14 @@ class SebulbaDriver:
                                self.run.seed + 100)
 
     def interrupted_state(self) -> tuple[int, Any] | None:
-        return None if self.learner is None else (self.updates_done, self.learner)
+        return (self.updates_done, self.learner.current()) if self.started else None
 
     def finish(self, rundir: Any, final: np.ndarray) -> dict[str, Any]:
         return {}
 
     def summary(self) -> dict[str, Any]:
         steps, seeds, timers, counts = self.bounds[-1] * self.env_steps_per_update, self.run.seeds, self.timers, self.counts
-        gradient_steps = int(np.asarray(self.learner.gradient_steps)[0])  # this session's and earlier ones
+        gradient_steps = int(np.asarray(self.state.gradient_steps)[0])  # this session's and earlier ones
         pool = self.pool
         stats = pool.server_stats() if isinstance(pool, RayPool) else None  # actors' requests per batch
         server = {} if stats is None else {"inference_batch_mean": stats["mean_batch"]}
@@ -392,12 +397,25 @@ class SebulbaDriver:
             "nodes_lost": pool.nodes_lost(),
             "fragments_lost": self.prior["lost"] + pool.requests_lost,
             "actor_failures": [f"actor {f.actor_id} incarnation {f.incarnation}: {f.error}" for f in pool.failures[:10]],
+            **({} if self.learner.node is None else {"learner_node": self.learner.node}),
             **self.al.summary,
         }
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
+        if self.learner is not None:
+            self.learner.close()
+
+
+class RemoteLearner(RemoteLearnerBase):
+    """A run's `Learner` in a Ray actor (`--learner-resources`), built there from the run's settings: the same
+    algorithm, config, policy network checks and compile cache as the driver's."""
+
+    def __init__(self, algo_name: str, algo_config: Any, run: RunConfig):
+        use_compile_cache(run.compile_cache)  # before anything compiles in this process
+        p = Prepared(algo_name, algo_config, run)
+        super().__init__(p.al, p.policy_fn, p.paths, run, _learn_fragment(p.al), publishes_params=False)
 
 
 def evaluate_saved(rundir: RunDir, algo_name: str, config: Any, run: RunConfig, episodes: int, seed: int | None) -> dict:
