@@ -10,8 +10,9 @@ nothing heavy on purpose.
 
 from __future__ import annotations
 
+import contextlib
 import signal
-from typing import Any
+from typing import Any, Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _requested = False
@@ -26,6 +27,21 @@ def _request(signum: int, frame: Any) -> None:  # noqa: ARG001 - signal handler 
 def install() -> dict[int, Any]:
     """Take both signals over; returns the handlers they had."""
     return {sig: signal.signal(sig, _request) for sig in SIGNALS}
+
+
+@contextlib.contextmanager
+def kept() -> Iterator[None]:
+    """The signals' handlers as they were before the block, put back after it wherever it changed them: `ray.init`
+    makes SIGTERM exit the process (its driver's `sys.exit`, and the head node's cleanup), which a run's
+    `StopRequests`, installed after it, took for a new run from Python and cleared the flag: a Ctrl-C or SIGTERM
+    sent before (during start-up or Ray's own start) was lost, and the run went on to the end of its budget."""
+    saved = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None and signal.getsignal(sig) is not handler:  # (None: not set from Python)
+                signal.signal(sig, handler)
 
 
 def requested() -> bool:

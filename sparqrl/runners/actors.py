@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sparqrl import quant, quiet
+from sparqrl import quant, quiet, signals
 from sparqrl.config import ConfigError
 from sparqrl.algos.base import Step, observe
 from sparqrl.envs.envpool_env import make_vec_env
@@ -586,6 +586,23 @@ def _loopback_node() -> Iterator[None]:
             os.environ[_RAY_CLUSTER_SWITCH] = saved_env
 
 
+@contextlib.contextmanager
+def _signals_kept() -> Iterator[None]:
+    """While Ray starts: SIGTERM stays the run's flag (`sparqrl.signals`). `ray.init` (2.60) takes SIGTERM over
+    (its driver's `sys.exit`, the head node's clean-up), through `ray._private.utils.set_sigterm_handler`: a no-op
+    here for the start (which takes ~20 s on a loaded 2-core machine), and any handler Ray installs otherwise is
+    undone after it (`signals.kept`). Ray's processes still end with the run: `ray_session` shuts Ray down."""
+    import ray._private.utils as ray_utils
+
+    saved = ray_utils.set_sigterm_handler
+    ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        with signals.kept():
+            yield
+    finally:
+        ray_utils.set_sigterm_handler = saved
+
+
 RAY_CONNECT_TIMEOUT_S = 5.0
 """How long `check_ray_address` waits for a cluster's port to answer."""
 
@@ -653,7 +670,8 @@ def ray_session(address: str | None, actors: int) -> Iterator[None]:
 
     Runners enter it first, before they start threads of their own (energy meter, logger, checkpointer,
     XLA's compiler): Ray forks its processes here, and once a start of the local instance hung in fork
-    in a process that had many threads running."""
+    in a process that had many threads running. Ray's start keeps the run's signal handlers (`_signals_kept`):
+    a Ctrl-C or SIGTERM sent before or during it stops the run as one sent later."""
     import ray
 
     global _local_instance_ran
@@ -667,13 +685,13 @@ def ray_session(address: str | None, actors: int) -> Iterator[None]:
                 "then fails to create actors on a cluster it joins (each dies before it starts); join the "
                 "cluster from a new process, e.g. `sparqrl train ... --ray-address ADDRESS`")
         try:
-            with quiet.exec_forks():
+            with _signals_kept(), quiet.exec_forks():
                 ray.init(address=address, logging_level="ERROR", log_to_driver=False)
         except ConnectionError as error:  # it answered `check_ray_address`'s connect, but not as a Ray cluster
             raise ConfigError(f"ray_address={address!r}: {error} (something answers there, but not a Ray "
                               "cluster's GCS of this Ray version)") from None
     else:
-        with _loopback_node(), quiet.exec_forks():  # Ray starts its processes with subprocess
+        with _loopback_node(), _signals_kept(), quiet.exec_forks():  # Ray starts its processes with subprocess
             ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
                      logging_level="ERROR", log_to_driver=False, num_cpus=max(os.cpu_count() or 1, actors))
         _local_instance_ran = True
