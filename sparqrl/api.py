@@ -211,6 +211,14 @@ class Agent:
         self._check_seed(seed)
         return jax.tree.map(lambda x: np.asarray(x[seed]), self._params)
 
+    def act_function(self, deterministic: bool = True) -> Callable[[Any, Any, Any], Any]:
+        """The library's own act that `act` compiles: (one seed's `policy_params`, ONE observation, key) -> action
+        (deterministic: the key is not read). A recurrent policy's is its `RecurrentAct` (`init`, `step` over a
+        batch of episodes with their state), which refuses single observations: what `sparqrl export` checks an
+        exported recurrent policy against."""
+        cfg.require(isinstance(deterministic, bool), "deterministic", deterministic, "must be True or False")
+        return self._one[deterministic]
+
     def _check_seed(self, seed: Any) -> None:
         cfg.require(cfg.is_int(seed) and 0 <= seed < self.seeds, "seed", seed,
                     f"must be an integer in [0, {self.seeds}) (the run's trained policies)")

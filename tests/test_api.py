@@ -82,6 +82,22 @@ def test_act_samples_as_the_library_does(ppo_run):
     assert not np.array_equal(agent.act(obs, seed=1, deterministic=False), agent.act(obs, seed=1, deterministic=False))
 
 
+def test_act_function_is_what_act_runs(ppo_run):
+    """`act_function` (what `sparqrl export` checks a recurrent policy against): on a seed's `policy_params` and a
+    key, the action `act` gives, greedy and sampled; a bad `deterministic` is a one-line error."""
+    agent = sparqrl.load(ppo_run[0].path)
+    obs = np.random.default_rng(2).normal(size=(16, 4)).astype(np.float32)
+    keys = jax.random.split(jax.random.PRNGKey(5), len(obs))
+    for deterministic in (True, False):
+        one = jax.jit(agent.act_function(deterministic))
+        for seed in range(2):
+            got = [int(one(agent.policy_params(seed), o, k)) for o, k in zip(obs, keys)]
+            acted = [int(agent.act(o, seed=seed, deterministic=deterministic, key=k)) for o, k in zip(obs, keys)]
+            assert got == acted
+    with pytest.raises(ConfigError, match="deterministic"):
+        agent.act_function("no")
+
+
 def test_a_callback_returning_false_stops_with_a_checkpoint_and_resume_finishes(ppo_run, tmp_path):
     run, _ = ppo_run
     out = tmp_path / "cut"

@@ -246,7 +246,7 @@ def load_policy(run_dir: str | Path, seed: int, trust_imports: Any = False) -> t
     policy = describe(agent.algo, agent.config, agent.obs_shape, agent.action_space, one)
     info = RunInfo(agent.algo, agent.env, agent.seeds, str(getattr(agent.config, "sparse", "dense")))
     if policy.cell is not None:  # the library's recurrent deterministic act (`algos.base.RecurrentAct`), stepped
-        return policy, recurrent_reference(agent._one[True], one), info  # (agent.act refuses single observations)
+        return policy, recurrent_reference(agent.act_function(), one), info  # (agent.act refuses single observations)
     return policy, lambda obs: agent.act(np.asarray(obs, np.float32), seed=seed), info
 
 
