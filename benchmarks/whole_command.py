@@ -9,8 +9,9 @@ Each round runs, per seed count, a fresh sparqrl process, then a fresh rejax pro
 machine's drift hits both alike), each with an empty XDG_CACHE_HOME and HOME (cold compilation caches; JAX's
 persistent cache is off on the rejax side anyway):
   sparqrl   `sparqrl train ppo --env CartPole-v1 --seeds N --out DIR`, as a user runs it, through the `sparqrl`
-            script's own entry point (`sparqrl.entry:main`): its defaults (50 chunks, an evaluation every 10 of
-            them over 10 episodes per seed, checkpoints, metrics.csv, TensorBoard, returns.png, energy and CO2)
+            script's own entry point (`sparqrl.entry:console`; `main` in a tree before it): its defaults (50
+            chunks, an evaluation every 10 of them over 10 episodes per seed, checkpoints, metrics.csv,
+            TensorBoard, returns.png, energy and CO2)
   rejax     benchmarks/peer_rejax_whole.py in the rejax venv: the same training (sparqrl's hyperparameters) with
             rejax's own evaluation in the program at the same cadence; it writes nothing
 Per run: the process's wall time, measured here from its start to its exit, and where it went: for sparqrl,
@@ -47,7 +48,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PEER_PYTHON = ROOT / ".bench-rejax-venv" / "bin" / "python"
 PEER_SCRIPT = ROOT / "benchmarks" / "peer_rejax_whole.py"
 TORCH_VENV = ROOT / ".bench-torch-venv"
-ENTRY = "import sys; from sparqrl.entry import main; sys.argv[0] = 'sparqrl'; main()"  # the `sparqrl` script
+# the `sparqrl` script (pyproject.toml's entry point; `main` in a tree from before `console`)
+ENTRY = ("import sys; from sparqrl import entry; sys.argv[0] = 'sparqrl'; "
+         "getattr(entry, 'console', entry.main)()")
 SPARQRL_PARTS = ("startup", "compile", "training", "evaluation", "checkpoints", "rest", "exit")
 PEER_PARTS = ("outside", "imports", "build", "compile", "run")
 GOAL = 0.8
@@ -64,10 +67,12 @@ def clean_env(home: Path, extra: dict[str, str]) -> dict[str, str]:
     return {**env, **extra}
 
 
-def timed(command: list[str], env: dict[str, str], timeout: float, what: str) -> tuple[float, str]:
-    """(wall seconds from start to exit, stdout); a failed process ends the benchmark with its output."""
+def timed(command: list[str], env: dict[str, str], timeout: float, what: str, cwd: Path) -> tuple[float, str]:
+    """(wall seconds from start to exit, stdout); a failed process ends the benchmark with its output. `cwd`: a
+    folder holding no package (`python -c` puts it first on sys.path: run from the repository, the sparqrl there
+    would be imported whatever --sparqrl-pythonpath names)."""
     start = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
@@ -81,7 +86,8 @@ def sparqrl_run(python: Path, seeds: int, steps: int, extra_args: list[str], env
         out = Path(folder) / "run"
         command = [str(python), "-c", ENTRY, "train", "ppo", "--env", "CartPole-v1", "--seeds", str(seeds),
                    "--steps", str(steps), "--out", str(out), *extra_args]
-        wall, _ = timed(command, clean_env(Path(folder), env_extra), timeout, f"sparqrl ({seeds} seeds)")
+        wall, _ = timed(command, clean_env(Path(folder), env_extra), timeout, f"sparqrl ({seeds} seeds)",
+                        Path(folder))
         summary = json.loads((out / "summary.json").read_text())
     parts = dict(summary.get("time_s") or {})  # (none from a sparqrl before it: --sparqrl-pythonpath OLD_TREE)
     if "total" in parts:
@@ -93,7 +99,8 @@ def sparqrl_run(python: Path, seeds: int, steps: int, extra_args: list[str], env
 def peer_run(python: Path, seeds: int, steps: int, env_extra: dict[str, str], timeout: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="whole-rejax-") as folder:
         command = [str(python), str(PEER_SCRIPT), "--seeds", str(seeds), "--steps", str(steps)]
-        wall, stdout = timed(command, clean_env(Path(folder), env_extra), timeout, f"rejax ({seeds} seeds)")
+        wall, stdout = timed(command, clean_env(Path(folder), env_extra), timeout, f"rejax ({seeds} seeds)",
+                             Path(folder))
     result = json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
     inside = result["time_s"]
     # outside: the interpreter's start and exit, the process wall less the script's own total (not told apart)
@@ -150,7 +157,8 @@ def main() -> None:
     parser.add_argument("--torch-spec", default="torch==2.15.0", help="what --torch-env installs (a pip spec)")
     parser.add_argument("--sparqrl-python", type=Path, default=Path(sys.executable))
     parser.add_argument("--peer-python", type=Path, default=PEER_PYTHON)
-    parser.add_argument("--sparqrl-pythonpath", default=None, help="PYTHONPATH of the sparqrl side (a GPU machine's)")
+    parser.add_argument("--sparqrl-pythonpath", default=None,
+                        help="PYTHONPATH of the sparqrl side (a GPU machine's, or another tree: a before/after)")
     parser.add_argument("--peer-pythonpath", default=None, help="PYTHONPATH of the rejax side (a GPU machine's)")
     parser.add_argument("--no-peer", action="store_true", help="sparqrl alone")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds for one process")
