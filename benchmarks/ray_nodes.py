@@ -5,7 +5,8 @@ of a local cluster, and the learner's ingest capacity with synthetic actors.
 
 1. Nodes: a loopback cluster (`tests/ray_cluster.py`: a head with no CPU for actors, where the learner runs in the
    driver, and two worker nodes of 2 CPUs), then `sparqrl train ALGO --env gym:CartPole-v1 --actors 2 --ray-address
-   CLUSTER` twice: `--actors-per-node 2` (both actors on one worker node) and spread (one actor on each). Every node
+   CLUSTER` three times: `--actors-per-node 2` (both actors on one worker node), spread (one actor on each), and
+   spread with the learner on a worker node (`--learner-resources node_b=1`: what moving it costs). Every node
    is a process tree on this one machine, so the machine's cores bound both figures: the comparison shows what
    placement costs (the object transfers between nodes' stores), not what a second machine would add.
 2. Ingest: the learner of `sparqrl train ALGO --env gym:CartPole-v1` in this process, its actors replaced by a pool
@@ -36,10 +37,13 @@ COMMON = ["--env", ENV, "--eval-every", "0", "--eval-episodes", "1", "--checkpoi
           "--no-energy", "--seed", "0"]
 
 
-def cluster_run(algo: str, steps: int, address: str, per_node: int | None, out: Path) -> dict:
-    """`sparqrl train` on the cluster at `address` with 2 actors, in its own process: its summary."""
+def cluster_run(algo: str, steps: int, address: str, per_node: int | None, out: Path, learner: str | None = None
+                ) -> dict:
+    """`sparqrl train` on the cluster at `address` with 2 actors, in its own process (the learner in it, or placed
+    by `--learner-resources learner`): its summary."""
     argv = ["train", algo, *COMMON, "--actors", "2", "--ray-address", address, "--steps", str(steps),
-            "--out", str(out)] + ([] if per_node is None else ["--actors-per-node", str(per_node)])
+            "--out", str(out)] + ([] if per_node is None else ["--actors-per-node", str(per_node)]) + (
+            [] if learner is None else ["--learner-resources", learner])
     done = subprocess.run([str(Path(sys.executable).with_name("sparqrl")), *argv], env=joining_env(),
                           capture_output=True, text=True)
     if done.returncode != 0:
@@ -105,7 +109,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algos", default="dqn,ppo")
     parser.add_argument("--steps", type=int, default=40_000, help="env steps of each cluster run")
-    parser.add_argument("--ingest-steps", type=int, default=100_000, help="env steps of each ingest run")
+    parser.add_argument("--ingest-steps", type=int, default=100_000, help="env steps of each ingest run (0: none)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     algos = args.algos.split(",")
@@ -114,15 +118,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         with local_cluster(cpus=2, head_cpus=0) as cluster:
             for algo in algos:
-                for label, per_node in (("1 node", 2), ("2 nodes", None)):
-                    summary = cluster_run(algo, args.steps, cluster.address, per_node, Path(tmp) / f"{algo}-{per_node}")
+                for label, per_node, learner in (("1 node", 2, None), ("2 nodes", None, None),
+                                                 ("2 nodes, learner on node_b", None, "node_b=1")):
+                    summary = cluster_run(algo, args.steps, cluster.address, per_node,
+                                          Path(tmp) / f"{algo}-{per_node}-{learner}", learner)
                     rows[algo][label] = {k: summary[k] for k in ("env_steps_per_s", "actor_steps_per_s", "actor_nodes",
                                                                  "learner_wait_s", "wall_time_s")}
                     print(f"{algo}, 2 actors on {summary['actor_nodes']} node(s) ({label}): "
                           f"{summary['env_steps_per_s']:,.0f} env steps/s, each actor "
                           f"{summary['actor_steps_per_s']:,.0f} while acting, learner waited "
                           f"{summary['learner_wait_s']:.1f} s", flush=True)
-        for algo in algos:
+        for algo in algos if args.ingest_steps else ():
             row = rows[algo]["ingest"] = ingest(algo, args.ingest_steps, Path(tmp) / f"{algo}-ingest")
             actor = rows[algo]["2 nodes"]["actor_steps_per_s"]
             row["actors_fed"] = row["env_steps_per_s"] / actor

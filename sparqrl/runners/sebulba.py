@@ -6,7 +6,9 @@
                       policy version they were acted with (DQN adds Ape-X's actor-side priorities);
     learner (device)  learns from each fragment as it arrives (one jitted, donated call: the algorithm's
                       `learn` on the fragment [T, N], vmapped over seeds) and every `publish_every` updates
-                      quantizes its fp32 policy network once and publishes it as the next version.
+                      quantizes its fp32 policy network once and publishes it as the next version; in this
+                      process, or with `--learner-resources` in a Ray actor on a cluster node that offers them
+                      (`runners.learner`: the same `Learner` either way; this process keeps the run folder).
 
 Back-ends: `inline` runs the actors in this process, one request at a time (deterministic: debugging
 and tests); `ray` runs each actor as a Ray actor process with one thread (a local Ray instance started
