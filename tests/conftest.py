@@ -81,11 +81,13 @@ def train_and_evaluate(config, env, seed, num_seeds, episodes=10):
 LEARNING_DEVICES = 2  # what `sparqrl train --seeds 2` makes on any CPU with 2 cores or more (sparqrl.devices)
 
 
-def train_as_users_do(out, algo, env, seeds=2, steps=None, sets=()):
+def train_as_users_do(out, algo, env, seeds=2, steps=None, sets=(), options=()):
     """`sparqrl train ALGO --env ENV --seeds SEEDS` in a subprocess, the seeds spread over LEARNING_DEVICES CPU
     devices as the command spreads them on a multi-core CPU (set here, so the layout does not depend on the CI
     machine's cores), with the command's chunking: a learning test measures the path a user's run takes, not
-    an in-process program of its own. Returns summary.json; each seed's return is `final_return_per_seed`."""
+    an in-process program of its own; `options`, more command-line words (`--actors 2`: the actor-learner runner,
+    whose seeds share one learner and are not spread). Returns summary.json; each seed's return is
+    `final_return_per_seed`."""
     import json
     import os
     import subprocess
@@ -94,7 +96,7 @@ def train_as_users_do(out, algo, env, seeds=2, steps=None, sets=()):
     from pathlib import Path
 
     argv = ["train", algo, "--env", env, "--seeds", str(seeds), "--out", str(out), "--no-progress", "--no-energy"]
-    argv += (["--steps", str(steps)] if steps else []) + [w for item in sets for w in ("--set", item)]
+    argv += (["--steps", str(steps)] if steps else []) + [w for item in sets for w in ("--set", item)] + list(options)
     env_vars = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={LEARNING_DEVICES}",
                 "JAX_PLATFORMS": "cpu"}
     start = time.perf_counter()
@@ -103,7 +105,7 @@ def train_as_users_do(out, algo, env, seeds=2, steps=None, sets=()):
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((Path(out) / "summary.json").read_text())
     print(f"\nsparqrl {' '.join(argv)}: per seed {summary['final_return_per_seed']}, "
-          f"{summary['seed_spread']}, {time.perf_counter() - start:.0f} s")
+          f"{summary.get('seed_spread', 'one learner')}, {time.perf_counter() - start:.0f} s")
     return summary
 
 
