@@ -109,8 +109,9 @@ def test_every_node_of_the_test_cluster_is_on_loopback_and_named(cluster):
 
 def test_the_learner_runs_where_learner_resources_say(tmp_path, cluster):
     """`--learner-resources NODE=1`: the learner is a Ray actor on that node (logged, and summary.json's
-    learner_node); it holds the node's one CPU, so the two actors run on the two other nodes; the run learns and
-    logs every chunk as with the learner in the driver."""
+    learner_node); it holds the node's one CPU, so the actors run on the two other nodes; the run learns and
+    logs every chunk as with the learner in the driver. (Which actors deliver before the run ends depends on which
+    starts first: only where each one that did ran is checked.)"""
     cluster.restore()  # (after an earlier test's loss, the nodes are named anew)
     name = sorted(cluster.workers)[-1]  # node_b, unless lost earlier
     node = {n: i for i, n in cluster.node_ids().items()}[name]
@@ -118,8 +119,8 @@ def test_the_learner_runs_where_learner_resources_say(tmp_path, cluster):
     summary = run.finish()
     assert f"sparqrl: the learner runs on node {node} (learner_resources {name}=1)" in run.log.read_text()
     assert summary["learner_node"] == node
-    assert len(run.nodes()) == 2 and node not in run.nodes().values(), run.nodes()
-    assert summary["actor_nodes"] == 2 and summary["actor_restarts"] == 0, summary
+    assert run.nodes() and node not in run.nodes().values(), run.nodes()
+    assert 1 <= summary["actor_nodes"] <= 2 and summary["actor_restarts"] == 0, summary
     assert summary["steps"] == 1_000 and summary["versions_published"] == 1_000 // (5 * 2) + 1, summary
     assert summary["learner_updates_per_s"] > 0 and 0 <= summary["final_return_mean"] <= 500, summary
     with open(run.out / "metrics.csv") as file:
