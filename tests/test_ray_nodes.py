@@ -117,8 +117,9 @@ def test_the_learner_runs_where_learner_resources_say(tmp_path, cluster):
     node = {n: i for i, n in cluster.node_ids().items()}[name]
     run = Run(tmp_path, cluster, DQN, steps=1_000, chunks=4, more=("--learner-resources", f"{name}=1"))
     summary = run.finish()
-    assert f"sparqrl: the learner runs on node {node} (learner_resources {name}=1)" in run.log.read_text()
-    assert summary["learner_node"] == node
+    assert summary["learner_node"] == node and summary["learner_device"].startswith("cpu:"), summary
+    assert (f"sparqrl: the learner runs on node {node} ({summary['learner_device']}; learner_resources {name}=1)"
+            in run.log.read_text())
     assert run.nodes() and node not in run.nodes().values(), run.nodes()
     assert 1 <= summary["actor_nodes"] <= 2 and summary["actor_restarts"] == 0, summary
     assert summary["steps"] == 1_000 and summary["versions_published"] == 1_000 // (5 * 2) + 1, summary

@@ -20,6 +20,7 @@ import numpy as np
 from sparqrl import config as cfg
 from sparqrl.runners.actors import PolicyCopy, quantized_copy
 from sparqrl.runners.errors import RunFailed
+from sparqrl.runners.session import device_name
 
 
 class Learner:
@@ -27,6 +28,7 @@ class Learner:
     first fragment's shapes) + the chunk's metric sums + the publishing of policy copies."""
 
     node: str | None = None  # the Ray node of a remote learner (`LearnerClient`); None: the driver's process
+    device: str | None = None  # a remote learner's devices (summary.json's `device` names the driver's)
 
     def __init__(self, al: Any, policy_fn: Callable, paths: Any, run: Any, learn_fragment: Callable,
                  publishes_params: bool):
@@ -95,10 +97,11 @@ class RemoteLearnerBase(Learner):
     """What a Ray actor running a `Learner` adds: its node, a state that travels as numpy, and policy copies put
     into the object store here (`sebulba.RemoteLearner` builds the learner from the run's settings)."""
 
-    def node_id(self) -> str:
+    def where(self) -> tuple[str, str]:
+        """(the id of the Ray node it runs on, its devices as `session.device_name` names them)."""
         import ray
 
-        return ray.get_runtime_context().get_node_id()
+        return ray.get_runtime_context().get_node_id(), device_name()
 
     def start(self, state: Any) -> None:
         super().start(jax.device_put(state))
@@ -151,7 +154,7 @@ class LearnerClient:
 
     def check(self) -> None:
         """Returns if the learner is alive; else the one-line `RunFailed` of `_get`."""
-        self._get(self.handle.node_id.remote())
+        self._get(self.handle.where.remote())
 
     def close(self) -> None:
         try:
@@ -188,12 +191,12 @@ def place_learner(remote_class: type, resources: dict[str, float], args: tuple, 
     own = dict(resources)
     cpus, gpus = own.pop("CPU", 1.0), own.pop("GPU", 0.0)
     handle = ray.remote(num_cpus=cpus, num_gpus=gpus, resources=own, max_restarts=0)(remote_class).remote(*args)
-    node = handle.node_id.remote()
-    ready, _ = ray.wait([node], timeout=LEARNER_START_TIMEOUT_S)
+    where = handle.where.remote()
+    ready, _ = ray.wait([where], timeout=LEARNER_START_TIMEOUT_S)
     if not ready:
         ray.kill(handle, no_restart=True)
         raise cfg.ConfigError(f"learner_resources={text!r}: the cluster did not start the learner with them within "
                               f"{LEARNER_START_TIMEOUT_S:g} s (busy?); its nodes offer: {offered(ray.nodes())}")
     client = LearnerClient(handle, "?", resume_command)
-    client.node = client._get(node)
+    client.node, client.device = client._get(where)
     return client

@@ -268,7 +268,7 @@ class SebulbaDriver:
             return Learner(self.al, self.p.policy_fn, self.p.paths, run, self.learn_fragment, self.publishes_params)
         client = place_learner(RemoteLearner, run.resolved_learner_resources, (self.spec.algo, self.p.config, run),
                                f"sparqrl train --resume {run.out} --ray-address {run.ray_address}", run.learner_resources)
-        notify(f"the learner runs on node {client.node} (learner_resources {run.learner_resources})")
+        notify(f"the learner runs on node {client.node} ({client.device}; learner_resources {run.learner_resources})")
         return client
 
     def meta(self) -> dict[str, Any]:
@@ -399,7 +399,8 @@ class SebulbaDriver:
             "nodes_lost": pool.nodes_lost(),
             "fragments_lost": self.prior["lost"] + pool.requests_lost,
             "actor_failures": [f"actor {f.actor_id} incarnation {f.incarnation}: {f.error}" for f in pool.failures[:10]],
-            **({} if self.learner.node is None else {"learner_node": self.learner.node}),
+            **({} if self.learner.node is None else {"learner_node": self.learner.node,
+                                                     "learner_device": self.learner.device}),
             **self.al.summary,
         }
 
