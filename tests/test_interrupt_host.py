@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-import pytest
+from bounded_runs import descendants, wait_bounded
 from conftest import RAY_SERIAL, alive
 
 # IMPALA on gym:CartPole-v1 with two Ray actors, small enough that a run a signal failed to stop ends (exit 0) in
@@ -37,16 +37,6 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-def _finish(proc: subprocess.Popen) -> str:
-    """stderr of `proc` once it exits within EXIT_S (else it and its group are killed and the test fails)."""
-    try:
-        return proc.communicate(timeout=EXIT_S)[1]
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"no exit within {EXIT_S} s of the signal")
-
-
 @RAY_SERIAL
 def test_sigterm_while_ray_starts_stops_the_run(tmp_path):
     """Before: exit 15 (Ray's handler), and a Ctrl-C there was cleared, so the run went on to its end (exit 0). One
@@ -55,33 +45,16 @@ def test_sigterm_while_ray_starts_stops_the_run(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", SIGNAL_WHILE_RAY_STARTS, "SIGTERM", *RUN, "--steps", "20000",
                              "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-    err = _finish(proc)
+    err = wait_bounded(proc, "the signalled run", EXIT_S)
     assert proc.returncode == 130, err[-3000:]
     assert "interrupted before the first checkpoint" in err and "Traceback" not in err, err[-3000:]
     assert not (out / "summary.json").exists()
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every live process below `pid` (from /proc's parent links)."""
-    children: dict[int, list[int]] = {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-        except (OSError, IndexError, ValueError):
-            continue
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
 @RAY_SERIAL
 def test_ctrl_c_to_the_process_group_stops_a_ray_run_with_a_checkpoint(tmp_path):
-    """A terminal's Ctrl-C: SIGINT to the driver, Ray's processes and the actors at once, after a logged chunk. One
-    line, exit 130, a checkpoint, and no process of the run left."""
+    """A terminal's Ctrl-C: SIGINT to the driver, Ray's processes and the actors at once (Ray's start them with SIGINT
+    blocked), after a logged chunk. One line, exit 130, a checkpoint, and no process of the run left."""
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "sparqrl.cli", *RUN, "--steps", "2000000", "--chunks", "2000",
                              "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -91,9 +64,9 @@ def test_ctrl_c_to_the_process_group_stops_a_ray_run_with_a_checkpoint(tmp_path)
                                                                   metrics.read_text().count("\n") >= 2):
         time.sleep(0.2)
     assert proc.poll() is None, proc.communicate()[1][-3000:]
-    started = _descendants(proc.pid)
+    started = descendants(proc.pid)
     os.killpg(proc.pid, signal.SIGINT)
-    err = _finish(proc)
+    err = wait_bounded(proc, "the signalled run", EXIT_S)
     assert proc.returncode == 130, err[-3000:]
     assert "checkpoint saved; continue with" in err and "Traceback" not in err, err[-3000:]
     assert any((out / "checkpoint").iterdir()) and not (out / "summary.json").exists()

@@ -5,16 +5,9 @@ algorithm's init program."""
 
 from __future__ import annotations
 
-import json
-import os
-import shlex
-import signal
-import subprocess
-import sys
-from pathlib import Path
-
 import jax
 import pytest
+from bounded_runs import run_bounded
 
 from sparqrl.algos import get_algorithm
 from sparqrl.envs import make_env
@@ -32,7 +25,6 @@ TINY = {
     "sac": ("128", ["learning_starts=64", "batch_size=16"]),
 }
 DEVICES = 2
-TIMEOUT_S = 240  # a run here takes 10-30 s; a hang is forever
 QUIET = ["--no-progress", "--no-energy", "--chunks", "2", "--eval-episodes", "2"]
 
 
@@ -40,35 +32,18 @@ def sets(items: list[str]) -> list[str]:
     return [word for item in items for word in ("--set", item)]
 
 
-def run_bounded(argv: list[str], out: Path) -> dict:
-    """`sparqrl ARGV --out OUT` with 2 forced CPU devices: its summary.json; fails (never hangs) if it does not
-    exit 0 within TIMEOUT_S, killing it and anything it started."""
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES}", "JAX_PLATFORMS": "cpu"}
-    command = [str(Path(sys.executable).with_name("sparqrl")), *argv, "--out", str(out)]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    try:
-        _, err = process.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        pytest.fail(f"`sparqrl {shlex.join(argv)}` hung: no exit within {TIMEOUT_S} s")
-    assert process.returncode == 0 and "Traceback" not in err, err[-3000:]
-    return json.loads((out / "summary.json").read_text())
-
-
 @pytest.mark.parametrize("algo", ALGOS)
 def test_train_with_more_seeds_than_devices_finishes(algo, tmp_path):
     steps, settings = TINY[algo]
     summary = run_bounded(["train", algo, "--env", ENVS[algo], "--seeds", str(2 * DEVICES), "--steps", steps,
-                           *sets(settings), *QUIET], tmp_path / algo)
+                           *sets(settings), *QUIET], tmp_path / algo, DEVICES)
     assert summary["devices_used"] == DEVICES
 
 
 def test_sweep_with_more_members_than_devices_finishes(tmp_path):
     steps, settings = TINY["dqn"]
     summary = run_bounded(["sweep", "dqn", "--grid", "lr=1e-3,5e-4", "--seeds", str(DEVICES), "--steps", steps,
-                           *sets(settings), *QUIET], tmp_path / "sweep")
+                           *sets(settings), *QUIET], tmp_path / "sweep", DEVICES)
     assert summary["devices_used"] == DEVICES
 
 
@@ -77,7 +52,7 @@ def test_meta_with_more_members_than_devices_finishes(tmp_path):
     steps, settings = TINY["dqn"]
     summary = run_bounded(["meta", "hparams", "--algo", "dqn", "--fields", "lr", "--popsize", str(2 * DEVICES),
                            "--seeds", "1", "--generations", "1", "--steps", steps, *sets(settings),
-                           "--no-progress", "--no-energy"], tmp_path / "meta")
+                           "--no-progress", "--no-energy"], tmp_path / "meta", DEVICES)
     assert summary["devices_used"] == DEVICES
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from bounded_runs import descendants
 from conftest import RAY_SERIAL, alive
 
 from sparqrl.algos import dqn, ppo, td3
@@ -98,25 +98,6 @@ def test_ctrl_c_saves_the_learner_where_it_stopped_and_resume_finishes(tmp_path)
     assert int(rows[-1]["env_step"]) == 3000
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every live process below `pid` (from /proc's parent links)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
 @RAY_SERIAL
 def test_ctrl_c_with_ray_actors_ends_every_process_the_run_started(tmp_path):
     """Two Ray actors: SIGINT to the driver leaves a resumable checkpoint and no process behind (the local
@@ -131,7 +112,7 @@ def test_ctrl_c_with_ray_actors_ends_every_process_the_run_started(tmp_path):
     deadline = time.time() + 300
     while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 3):
         time.sleep(0.2)
-    started = _descendants(proc.pid)
+    started = descendants(proc.pid)
     assert len(started) >= 3, started  # Ray's own processes and two actor workers
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
