@@ -88,3 +88,80 @@ def test_the_summary_says_where_the_time_went(tmp_path):
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["time_s"] == times
     steps = sorted(int(p.name) for p in (tmp_path / "run" / "checkpoint").iterdir() if p.name.isdigit())
     assert steps == [3, 4]  # every chunk saved, the last written before summary.json: max_to_keep 2
+
+
+def test_the_evaluation_program_compiles_beside_the_first_chunks(tmp_path, monkeypatch):
+    """`AnakinDriver.start` compiles the evaluation program on a thread of its own while training runs; the first
+    evaluation uses it (issue 33, item 5)."""
+    import threading
+
+    from sparqrl.runners.anakin import AnakinDriver
+
+    built_on = []
+    original = AnakinDriver._evaluation_program
+
+    def recorded(self):
+        built_on.append(threading.current_thread().name)
+        return original(self)
+
+    monkeypatch.setattr(AnakinDriver, "_evaluation_program", recorded)
+    run = RunConfig(env="CartPole-v1", out=str(tmp_path / "run"), chunks=2, eval_episodes=2, progress=False,
+                    energy=False)
+    summary = train("ppo", ppo.Config(total_timesteps=2 * 512), run)
+    assert built_on == ["sparqrl-eval-compile"] and summary["final_return_mean"] > 0
+
+
+def test_tensorboard_events_are_not_flushed_at_every_chunk(tmp_path, monkeypatch):
+    """A flush is an fsync: tensorboardX's own thread writes the events (`TB_FLUSH_S`), and `close` the rest;
+    every point is in the file after `close`."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from sparqrl.telemetry.logger import TensorBoardWriter, summary_writer_class
+
+    flushes = []
+    writer_class = summary_writer_class()
+    monkeypatch.setattr(writer_class, "flush", lambda self, *a, _f=writer_class.flush: (flushes.append(1), _f(self))[1])
+    writer = TensorBoardWriter(tmp_path / "tb")
+    for step in range(5):
+        writer.scalars(step, {"train/loss": float(step)})
+    assert flushes == []
+    writer.close()
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [e.value for e in events.Scalars("train/loss")] == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_an_evaluation_stops_when_its_longest_episode_ends_with_the_same_returns():
+    """`base.evaluate` steps until every episode has ended (issue 33, item 5): the returns equal those of running
+    all `max_episode_steps` steps with the same keys (a reference written here), seeds vmapped, under jit."""
+    import jax
+    import jax.numpy as jnp
+
+    from sparqrl.algos import base
+    from sparqrl.envs import make_env
+
+    env = make_env("CartPole-v1")
+    algo = ppo.make_algorithm(ppo.Config(), env)
+
+    def every_step(params, key, episodes):
+        reset_key, step_key = jax.random.split(key)
+        obs, state = jax.vmap(env.reset)(jax.random.split(reset_key, episodes))
+
+        def step(carry, key):
+            obs, state, total, alive = carry
+            act_keys = jax.random.split(key, episodes + 1)
+            action = jax.vmap(algo.act, in_axes=(None, 0, 0))(params, obs, act_keys[1:])
+            out = jax.vmap(env.step)(jax.random.split(act_keys[0], episodes), state, action)
+            total = total + jnp.where(alive, out.reward, 0.0)
+            return (out.obs, out.state, total, alive & ~(out.terminated | out.truncated)), None
+
+        init = (obs, state, jnp.zeros(episodes), jnp.ones(episodes, bool))
+        (_, _, total, _), _ = jax.lax.scan(step, init, jax.random.split(step_key, env.max_episode_steps))
+        return total
+
+    keys = jax.random.split(jax.random.PRNGKey(3), 2)
+    params = jax.vmap(lambda k: algo.policy(algo.init(k)))(keys)  # untrained: short episodes
+    ours = jax.jit(jax.vmap(lambda p, k: base.evaluate(env, algo.act, p, k, 6)))(params, keys)
+    reference = jax.jit(jax.vmap(lambda p, k: every_step(p, k, 6)))(params, keys)
+    assert np.asarray(ours).max() < env.max_episode_steps  # the loop stopped early
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(reference))

@@ -66,8 +66,9 @@ def test_run_leaves_everything_behind(tmp_path):
 
 
 def test_the_evaluation_program_is_built_at_the_first_evaluation(tmp_path):
-    """Training starts without compiling the evaluation program (the first progress lines do not wait for
-    it); the first evaluation builds it, once, and its time counts in compile_time_s."""
+    """Training starts without waiting for the evaluation program (the first progress lines do not wait for
+    it: `start` compiles it on a thread); the first evaluation takes it, once, and its wait counts in
+    compile_time_s."""
     run = small_run(tmp_path / "run", compile_cache=False)
     module, config, env = prepare("ppo", SMALL["ppo"], run)
     driver = make_driver("ppo", module, config, env, run)

@@ -144,8 +144,10 @@ def episode_metrics(info: dict[str, jax.Array]) -> dict[str, jax.Array]:
 def evaluate(env: Env, act: Callable, policy_params: Any, key: jax.Array, num_episodes: int) -> jax.Array:
     """Returns [num_episodes] of the deterministic policy, each episode run to its end.
 
-    Episodes run in parallel for `env.max_episode_steps` steps; rewards after an episode's first end
-    are masked out, so an auto-reset never leaks into the score.
+    Episodes run in parallel until every one has ended (at most `env.max_episode_steps` steps: an evaluation
+    costs what its longest episode needs, issue 33); rewards after an episode's first end are masked out, so an
+    auto-reset never leaks into the score. Step i uses the i-th of `env.max_episode_steps` keys split in
+    advance, so the returns equal those of running every step.
     """
     reset_key, step_key = jax.random.split(key)
     obs, state = jax.vmap(env.reset)(jax.random.split(reset_key, num_episodes))
@@ -166,7 +168,16 @@ def evaluate(env: Env, act: Callable, policy_params: Any, key: jax.Array, num_ep
     init = (obs, state, jnp.zeros(num_episodes), jnp.ones(num_episodes, bool),
             act.init(num_episodes) if recurrent else None)
     keys = jax.random.split(step_key, env.max_episode_steps)
-    (_, _, total, _, _), _ = jax.lax.scan(step, init, keys)
+
+    def running(loop: tuple) -> jax.Array:
+        i, (_, _, _, alive, _) = loop
+        return (i < env.max_episode_steps) & jnp.any(alive)
+
+    def next_step(loop: tuple) -> tuple:
+        i, carry = loop
+        return i + 1, step(carry, keys[i])[0]
+
+    _, (_, _, total, _, _) = jax.lax.while_loop(running, next_step, (jnp.int32(0), init))
     return total
 
 

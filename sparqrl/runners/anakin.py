@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -172,6 +173,32 @@ def member_keys(keys: jax.Array, members: int) -> jax.Array:
     return jnp.tile(keys, (members // keys.shape[0], 1))
 
 
+class Background:
+    """`fn()` on a thread of its own (a compile: XLA releases the GIL while it works)."""
+
+    def __init__(self, fn: Callable[[], Any], name: str):
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self._value = fn()
+        except BaseException as error:  # noqa: BLE001 - raised again by `result`, in the caller's thread
+            self._error = error
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> Any:
+        """`fn`'s value once it has returned; what it raised, raised here."""
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 # ---------------------------------------------------------------------------------------------
 # The run
 
@@ -201,6 +228,7 @@ class AnakinDriver:
         self.programs_loaded = 0  # of the 3 programs, how many came traced from the cache (`programs`)
         self._said_compiling = False
         self._evaluate: Program | None = None
+        self._eval_build: Background | None = None  # the evaluation program compiling on a thread (`start`)
         self.members = len(next(iter(hparams.values()))) if hparams else run.seeds
         self.member_names = member_names(settings, run.seeds)
         self.sharding = seed_sharding(self.members)
@@ -220,13 +248,14 @@ class AnakinDriver:
         apart. A later run of the same configuration loads them traced (`programs`) and compiled (XLA's cache).
 
         The init program runs once, so on the CPU it is compiled at XLA's lowest optimisation
-        (`run_once_options`). The evaluation program is built at the first evaluation (`evaluate`), which
-        comes after the first progress lines (every `eval_every` chunks, or the last): compiling it took
-        1.4-1.7 s of the quick start's cold first progress line (BENCHMARKS.md, "Start fast"); its time is
-        in compile_time_s all the same. Not at XLA's lowest optimisation: it ran 2.4-3x slower so (PPO on
-        CartPole and Breakout-MinAtar), which a run with many or long evaluations would pay more than the
-        0.7-1 s of compilation saved; nor on a thread beside the first chunks, which ran up to 40 % slower
-        beside it on 2 cores."""
+        (`run_once_options`). The evaluation program is not built here: compiling it took 1.4-1.7 s of the
+        quick start's cold first progress line (BENCHMARKS.md, "Start fast"). `start` compiles it on a thread
+        beside the first chunks (XLA's compile releases the GIL; on the 2-core CPU a 1-seed run's chunks leave
+        the other core idle, and at more seeds the compile takes a core for as long as it would have stopped
+        the run), so the first evaluation waits only for what is left of it: that wait is in
+        compile_time_s. Not at XLA's lowest optimisation: it ran 2.4-3x slower so (PPO on CartPole and
+        Breakout-MinAtar), which a run with many or long evaluations would pay more than the 0.7-1 s of
+        compilation saved."""
         start = time.perf_counter()
         self._init = self._build("init", init_program(self.algo_at), (SEEDS, SEEDS), SEEDS, self.keys, self.hparams,
                                  options=run_once_options(), on_compile=self._say_compiling)
@@ -263,6 +292,12 @@ class AnakinDriver:
 
     def start(self, state: Any, updates_done: int, stop: Any) -> None:
         self._launch(self.bounds.index(updates_done) + 1 if updates_done else 0, state)
+        if self._evaluate is None and self._eval_build is None:  # compiled while the chunks run (`build`)
+            self._eval_build = Background(self._evaluation_program, "sparqrl-eval-compile")
+
+    def _evaluation_program(self) -> Program:
+        return self._build("evaluate", eval_program(self.algo_at, self.env, self.run.eval_episodes),
+                           (SEEDS, SEEDS, SEEDS), SEEDS, self._init.out_info, self.hparams, self.eval_keys)
 
     def run_chunk(self, chunk: int) -> tuple[Any, dict[str, np.ndarray]]:
         state, metrics = self._inflight
@@ -279,13 +314,10 @@ class AnakinDriver:
         return state, {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
 
     def evaluate(self, state: Any) -> np.ndarray:
-        if self._evaluate is None:  # the first evaluation: its program is built now (`build`)
-            if self._inflight is not None:  # the queued chunk first, so that the compile does not slow it
-                jax.block_until_ready(self._inflight)
+        if self._evaluate is None:  # the first evaluation: the program compiled since `start` (or now: no `start`)
             start = time.perf_counter()
-            self._evaluate = self._build("evaluate", eval_program(self.algo_at, self.env, self.run.eval_episodes),
-                                         (SEEDS, SEEDS, SEEDS), SEEDS, self._init.out_info, self.hparams,
-                                         self.eval_keys)
+            build, self._eval_build = self._eval_build, None
+            self._evaluate = build.result() if build is not None else self._evaluation_program()
             self.compile_time_s += time.perf_counter() - start
         return np.asarray(self._evaluate(state, self.hparams, self.eval_keys))
 
@@ -311,6 +343,9 @@ class AnakinDriver:
 
     def close(self) -> None:
         self._inflight = None
+        build, self._eval_build = self._eval_build, None
+        if build is not None:  # no compile left running into the process's exit (a run stopped before evaluating)
+            build.wait()
 
 
 def prepare(algo_name: str, algo_config: Any, run: RunConfig) -> tuple[Any, Any, Env]:
