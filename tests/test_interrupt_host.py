@@ -5,11 +5,14 @@ process group after a logged chunk: tests/test_sebulba.py."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 
 from bounded_runs import wait_bounded
 from conftest import RAY_SERIAL
+
+from sparqrl import signals
 
 # IMPALA on gym:CartPole-v1 with two Ray actors, small enough that a run a signal failed to stop ends (exit 0) in
 # seconds, which the test then reports as the failure it is.
@@ -47,3 +50,23 @@ def test_sigterm_while_ray_starts_stops_the_run(tmp_path):
     assert "interrupted before the first checkpoint" in err and "Traceback" not in err, err[-3000:]
     assert not (out / "summary.json").exists()
 
+
+
+def test_ray_start_keeps_the_run_s_handlers():
+    """What `ray_session` wraps Ray's start in: Ray's SIGTERM setter does nothing there, and a handler set there
+    another way is put back after it (`signals.kept`)."""
+    import ray._private.utils as ray_utils
+
+    from sparqrl.runners.actors import _signals_kept
+
+    before, setter = {sig: signal.getsignal(sig) for sig in signals.SIGNALS}, ray_utils.set_sigterm_handler
+    try:
+        with _signals_kept():
+            ray_utils.set_sigterm_handler(lambda signum, frame: None)
+            assert signal.getsignal(signal.SIGTERM) is before[signal.SIGTERM]
+            signal.signal(signal.SIGINT, lambda signum, frame: None)
+        assert {sig: signal.getsignal(sig) for sig in signals.SIGNALS} == before
+        assert ray_utils.set_sigterm_handler is setter
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
