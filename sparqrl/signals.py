@@ -31,10 +31,10 @@ def install() -> dict[int, Any]:
 
 @contextlib.contextmanager
 def kept() -> Iterator[None]:
-    """The signals' handlers as they were before the block, put back after it wherever it changed them: `ray.init`
-    makes SIGTERM exit the process (its driver's `sys.exit`, and the head node's cleanup), which a run's
-    `StopRequests`, installed after it, took for a new run from Python and cleared the flag: a Ctrl-C or SIGTERM
-    sent before (during start-up or Ray's own start) was lost, and the run went on to the end of its budget."""
+    """The signals' handlers as they were before the block, put back after it where it changed them: for a library
+    that takes one over as it starts (`ray.init` makes SIGTERM exit the process). A run's `StopRequests`, installed
+    after, would take a handler not its own for the sign of a new run from Python and clear the flag: a Ctrl-C or
+    SIGTERM sent before was lost, and the run went on to the end of its budget."""
     saved = {sig: signal.getsignal(sig) for sig in SIGNALS}
     try:
         yield
