@@ -243,10 +243,11 @@ def test_nstep_trains_on_the_actor_learner_runner(capsys, tmp_path):
 
 
 def test_nstep_resolves_by_runner_method_and_stacked_frames():
-    """None: 3 with RLx2's delay (0.1 of the gradient steps) for sparse=rlx2; otherwise without a delay, 1 on device
-    (PureJaxRL's) and 3 on the actor-learner runner (Ape-X's); 1 with Atari's stacked frames, where an unset nstep
-    is no error; values set are kept."""
-    assert dqn.Config().for_runner(on_device=True).nstep == 1
+    """None: 3 with RLx2's delay (0.1 of the gradient steps) for sparse=rlx2; otherwise 3 without a delay, on device
+    (the device default, with lr 5e-4 annealed and a 100,000 replay) and on the actor-learner runner (Ape-X's); 1
+    with Atari's stacked frames, where an unset nstep is no error; values set are kept."""
+    device = dqn.Config().for_runner(on_device=True)
+    assert (device.nstep, device.nstep_delay_fraction) == (3, 0.0)
     host = dqn.Config().for_runner(on_device=False)
     assert (host.nstep, host.nstep_delay_fraction) == (3, 0.0)
     assert dqn.Config().for_runner(on_device=False, stacked=True).nstep == 1

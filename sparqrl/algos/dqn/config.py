@@ -1,4 +1,8 @@
-"""DQN configuration. Defaults are PureJaxRL's `dqn.py` (CartPole-v1), with its quirks removed.
+"""DQN configuration. Defaults are PureJaxRL's `dqn.py` (CartPole-v1), with its quirks removed, except four that
+`Config.for_runner` resolves per runner: on device n = 3, Adam 5e-4 annealed to 0 and a 100,000-transition replay
+(PureJaxRL's one-step DQN, 2.5e-4 and 10,000 missed 400 on CartPole-v1 on 7 of 96 seeds; these settings on 1 of 96,
+benchmarks/history.md "DQN: n-step with an annealed rate, and a larger replay, tried"); on the actor-learner runner
+and with sparse=rlx2 n = 3 with PureJaxRL's rate and replay.
 
 Every interval and threshold counts *environment steps* summed over all parallel environments, and
 means what it says: `train_interval=10` is one gradient step per 10 env steps whatever `num_envs` is
@@ -8,11 +12,11 @@ means what it says: `train_interval=10` is one gradient step per 10 env steps wh
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from sparqrl.algos.config import AdamConfig
 from sparqrl.config import auto, fail, in_unit_interval, is_number, one_of, positive, positive_int, require
-from sparqrl.envs import Env, is_discrete
+from sparqrl.envs import Env, is_atari, is_discrete, is_host_env
 
 Exploration = Literal["auto", "schedule", "apex"]
 
@@ -33,12 +37,19 @@ class Config(AdamConfig):
 
     # Shared fields (`sparqrl.algos.config`) with DQN's defaults; one update steps every env once.
     num_envs: int = 10
-    lr: float = 2.5e-4
-    anneal_lr: bool = False
+    lr: float | None = None
+    """Learning rate of Adam (the start value when anneal_lr is on). None (`for_runner`): 5e-4 on device, 2.5e-4
+    (PureJaxRL's) on the actor-learner runner and with sparse=rlx2."""
+
+    anneal_lr: bool | None = None
+    """Decay the learning rate linearly to 0 over the run's gradient steps. None (`for_runner`): on device, off
+    on the actor-learner runner and with sparse=rlx2."""
+
     hidden: tuple[int, ...] = (120, 84)
 
-    buffer_size: int = 10_000
-    """Replay buffer capacity in transitions (oldest overwritten first)."""
+    buffer_size: int | None = None
+    """Replay buffer capacity in transitions (oldest overwritten first). None (`for_runner`): 100,000 on device,
+    10,000 (PureJaxRL's) on the actor-learner runner and with sparse=rlx2."""
 
     batch_size: int = 128
     """Transitions per gradient step, drawn uniformly with replacement from the buffer."""
@@ -76,9 +87,12 @@ class Config(AdamConfig):
     and the bootstrap, a truncation stops the sum there and bootstraps from that step's final observation
     (`sparqrl.returns.nstep_terms`); on the actor-learner runner so does the end of each actor's fragment. 1: the
     one-step target. n > 1 is not available with Atari's stacked frames. None (`for_runner`): 3 with sparse=rlx2
-    (RLx2's delayed multi-step target, rlx2.md §4) and on the actor-learner runner (Ape-X's n: 2 of 20 seeds
+    (RLx2's delayed multi-step target, rlx2.md §4), on the actor-learner runner (Ape-X's n: 2 of 20 seeds
     below 400 on gym:CartPole-v1 against 5 of 20 with n = 1, BENCHMARKS.md "DQN n-step on the actor-learner
-    runner"), 1 on device (PureJaxRL's one-step DQN); 1 with Atari's stacked frames."""
+    runner") and on device (with lr 5e-4 annealed and a 100,000 replay: with the one-step target the overestimation
+    bump settles too slowly, with n = 3 and PureJaxRL's 10,000 replay the policy collapses after convergence,
+    benchmarks/history.md "DQN: n-step with an annealed rate, and a larger replay, tried"); 1 with Atari's stacked
+    frames."""
 
     nstep_delay_fraction: float | None = None
     """RLx2's delayed multi-step target: one-step targets for the first fraction of the run's gradient steps, the
@@ -127,18 +141,23 @@ class Config(AdamConfig):
     # ---- derived values -------------------------------------------------------------------
 
     def for_runner(self, on_device: bool, stacked: bool = False) -> "Config":
-        """`prioritized`, `exploration`, `nstep` and `nstep_delay_fraction` resolved for a runner: uniform replay and
-        the epsilon schedule on device (PureJaxRL's DQN), Ape-X's prioritized replay, per-slot epsilons and n = 3
-        on the actor-learner runner; n = 3 with RLx2's delay for sparse=rlx2 on either; n = 1 with Atari's stacked
-        frames (`stacked`), whose replay holds one-step items. Values already set are kept."""
+        """The fields left to the runner resolved: uniform replay and the epsilon schedule on device (PureJaxRL's
+        DQN), Ape-X's prioritized replay and per-slot epsilons on the actor-learner runner; n = 3 on either, with
+        RLx2's delay for sparse=rlx2, n = 1 with Atari's stacked frames (`stacked`), whose replay holds one-step
+        items; lr, anneal_lr and buffer_size: the device's own (5e-4 annealed, 100,000) on device without
+        sparse=rlx2, PureJaxRL's (2.5e-4, constant, 10,000) elsewhere. Values already set are kept (a user's, a
+        preset's, a config already resolved)."""
         rlx2 = self.sparse == "rlx2"
+        own = on_device and not rlx2  # the device default measured on CartPole-v1 (module docstring)
         return dataclasses.replace(
             self,
-            prioritized=(not on_device) if self.prioritized is None else self.prioritized,
+            lr=_unset_or(self.lr, 5e-4 if own else 2.5e-4),
+            anneal_lr=_unset_or(self.anneal_lr, own),
+            buffer_size=_unset_or(self.buffer_size, 100_000 if own else 10_000),
+            prioritized=_unset_or(self.prioritized, not on_device),
             exploration=("schedule" if on_device else "apex") if self.exploration == "auto" else self.exploration,
-            nstep=(1 if stacked or (on_device and not rlx2) else 3) if self.nstep is None else self.nstep,
-            nstep_delay_fraction=(0.1 if rlx2 else 0.0) if self.nstep_delay_fraction is None
-            else self.nstep_delay_fraction,
+            nstep=_unset_or(self.nstep, 1 if stacked else 3),
+            nstep_delay_fraction=_unset_or(self.nstep_delay_fraction, 0.1 if rlx2 else 0.0),
         )
 
     @property
@@ -196,11 +215,18 @@ class Config(AdamConfig):
     # ---- checks ---------------------------------------------------------------------------
 
     def validate(self, env: Env | None = None) -> "Config":
-        """Raise a `ConfigError` naming the field, its value and what is allowed; return self."""
+        """Raise a `ConfigError` naming the field, its value and what is allowed; return the config resolved for
+        the runner `env` runs on (`for_runner`: a gym: env's actor-learner runner, any other env's device; None:
+        the device), so that a sweep, PBT or meta run reads the runner's lr before tracing it and config.json
+        records the values the run used."""
+        name = "" if env is None else env.name
+        return self.for_runner(on_device=not is_host_env(name), stacked=is_atari(name))._check(env)
+
+    def _check(self, env: Env | None) -> "Config":
+        """`validate`'s checks of a resolved config; returns it."""
         self.check_fields()
-        for name in ("buffer_size", "batch_size", "target_update_interval", "train_interval") + (
-                ("epsilon_anneal_time",) if self.epsilon_anneal_time is not None else ()) + (
-                ("nstep",) if self.nstep is not None else ()):
+        for name in ("buffer_size", "batch_size", "target_update_interval", "train_interval", "nstep") + (
+                ("epsilon_anneal_time",) if self.epsilon_anneal_time is not None else ()):
             positive_int(name, getattr(self, name))
         require(self.learning_starts is None or self.learning_starts >= 0, "learning_starts", self.learning_starts,
                 "must be >= 0 (or None: 10,000 capped at 10 % of total_timesteps)")
@@ -216,21 +242,19 @@ class Config(AdamConfig):
             self.num_envs <= self.buffer_size, "num_envs", self.num_envs,
             f"must be <= buffer_size ({self.buffer_size}): one update adds num_envs transitions",
         )
-        if self.nstep is not None:  # else checked once `for_runner` has resolved it
-            require(
-                self.nstep * self.num_envs <= self.buffer_size, "nstep", self.nstep,
-                f"must be <= buffer_size // num_envs ({self.buffer_size // self.num_envs}): the replay holds an "
-                f"n-step window of every env",
-            )
-            require(
-                self.nstep * self.num_envs <= self.total_timesteps, "nstep", self.nstep,
-                f"must be <= total_timesteps // num_envs ({self.total_timesteps // self.num_envs}): the run fills an "
-                f"n-step window of every env",
-            )
-        if self.nstep_delay_fraction is not None:
-            require(is_number(self.nstep_delay_fraction), "nstep_delay_fraction", self.nstep_delay_fraction,
-                    "must be a number in [0, 1] (or None: 0.1 with sparse=rlx2, else 0)")
-            in_unit_interval("nstep_delay_fraction", self.nstep_delay_fraction)
+        require(
+            self.nstep * self.num_envs <= self.buffer_size, "nstep", self.nstep,
+            f"must be <= buffer_size // num_envs ({self.buffer_size // self.num_envs}): the replay holds an "
+            f"n-step window of every env",
+        )
+        require(
+            self.nstep * self.num_envs <= self.total_timesteps, "nstep", self.nstep,
+            f"must be <= total_timesteps // num_envs ({self.total_timesteps // self.num_envs}): the run fills an "
+            f"n-step window of every env",
+        )
+        require(is_number(self.nstep_delay_fraction), "nstep_delay_fraction", self.nstep_delay_fraction,
+                "must be a number in [0, 1] (or None: 0.1 with sparse=rlx2, else 0)")
+        in_unit_interval("nstep_delay_fraction", self.nstep_delay_fraction)
         require(
             self.learning_start_step <= self.total_timesteps, "learning_starts", self.learning_starts,
             f"must be <= total_timesteps ({self.total_timesteps})",
@@ -241,7 +265,7 @@ class Config(AdamConfig):
         require(self.max_grad_norm >= 0, "max_grad_norm", self.max_grad_norm, "must be >= 0 (0 = no clipping)")
         require(self.huber_delta is None or self.huber_delta > 0, "huber_delta", self.huber_delta,
                 "must be > 0 (or None: squared TD error)")
-        require(self.prioritized is None or isinstance(self.prioritized, bool), "prioritized", self.prioritized,
+        require(isinstance(self.prioritized, bool), "prioritized", self.prioritized,
                 "must be true, false or None (prioritized on the actor-learner runner, uniform on device)")
         one_of("exploration", self.exploration, get_args(Exploration))
         require(
@@ -258,3 +282,8 @@ class Config(AdamConfig):
                 f"{type(env.action_space).__name__} actions",
             )
         return self
+
+
+def _unset_or(value: Any, default: Any) -> Any:
+    """`value`, or `default` where it is None (a field left to the runner, `Config.for_runner`)."""
+    return default if value is None else value
