@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import train_as_users_do
+from conftest import RAY_SERIAL, train_as_users_do
 from sparqrl import cli, presets
 from sparqrl.algos import impala
 from sparqrl.algos.impala import train as impala_train
@@ -70,16 +70,30 @@ def test_impala_learns_cartpole_on_device(tmp_path):
     assert min(summary["final_return_per_seed"]) >= 400.0, summary["final_return_per_seed"]
 
 
+HOST_STEPS = 300_000
+HOST_THRESHOLD = 100.0
+
+
+@RAY_SERIAL
 def test_impala_learns_cartpole_on_the_host(tmp_path):
-    """The same learner on gym:CartPole-v1 through one inline actor with two requests in flight, so that
-    fragments lag the learner by one version (V-trace corrects them), 200k steps, seed 0."""
-    run = RunConfig(env="gym:CartPole-v1", out=str(tmp_path / "run"), chunks=2, eval_every=0, progress=False,
-                    energy=False, in_flight=2)
-    summary = train("impala", impala.Config(total_timesteps=200_000), run)
-    print(f"IMPALA on the host: {summary['final_return_mean']:.1f}, lag {summary['policy_lag_mean']:.2f}, "
+    """The same learner on gym:CartPole-v1 as a user runs it: `sparqrl train impala --actors 2 --seeds 2`, the
+    actors on the back-end the command picks (Ray), the impala-host preset (rho_bar 10, one request in flight:
+    fragments lag the learner by about one version, V-trace corrects them), HOST_STEPS env steps (the defaults
+    matrix row's budget): every seed's greedy return >= HOST_THRESHOLD, the better one >= 400. The actors race, so
+    every run is a new draw: the matrix row's 20 draws of 4 seeds at this budget and this test's own 9 draws of 2
+    ended every seed at 154 or more, all but one at 434-500 (benchmarks/history.md, "impala-host: lag 1, 300k"
+    and "Learning tests through the command (issue 31 item 5)"); a one-action collapse ends at 9, random play at
+    about 22."""
+    summary = train_as_users_do(tmp_path / "run", "impala", "gym:CartPole-v1", steps=HOST_STEPS,
+                                options=("--actors", "2"))
+    print(f"lag {summary['policy_lag_mean']:.2f}, dropped {summary['fragments_dropped']}, "
           f"{summary['env_steps_per_s']:.0f} env steps/s")
-    assert summary["final_return_mean"] >= 400.0
-    assert summary["fragments_dropped"] == 0 and summary["policy_lag_mean"] > 0.5  # V-trace corrects the lag
+    assert summary["backend"] == "ray" and summary["actors"] == 2
+    assert summary["policy_lag_mean"] > 0.5  # V-trace corrects the lag (about 1.0 in every draw)
+    returns = summary["final_return_per_seed"]
+    # Every seed clears HOST_THRESHOLD, which the rare seed still on a plateau (1 in 80, ~155) also clears, and the
+    # better seed the 400 of the former one-seed test (both seeds on a plateau: about 1 run in 6,400).
+    assert min(returns) >= HOST_THRESHOLD and max(returns) >= 400.0, returns
 
 
 def test_on_device_fragments_are_on_policy():
