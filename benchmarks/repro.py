@@ -89,7 +89,7 @@ def _classic(name: str, algo: str, env: str, value: float, spread: float) -> Ent
                  Reference(value, spread, CLEANRL_PPO if algo == "ppo" else CLEANRL_DQN), CLEANRL_DIFFERS)
 
 
-MINATAR_NOTE = "10M steps x 3 seeds, hours on a 2-core CPU"
+MINATAR_NOTE = "10M steps x 3 seeds: 20-60 minutes on the shared 2-core CPU, one entry at a time"
 GYMNAX_MINATAR = {"Asterix": 15.0, "Breakout": 28.0, "Freeway": 58.0, "SpaceInvaders": 131.0}
 """The gymnax README's checkpoint returns (its table at commit 086ad95; older READMEs show "R: ???" for MinAtar)."""
 GYMNAX_CKPT = ("gymnax README (commit 086ad95), 'Implemented Accelerated Environments': gymnax-blines' PPO/ES "
