@@ -69,8 +69,8 @@ def ray_instance():
 
 @RAY_SERIAL
 def test_sweep_over_two_workers_equals_the_single_process_sweep(tmp_path, ray_instance):
-    """Two settings x 2 seeds, a setting per worker: sweep.csv, best.json, the returns and the final state equal
-    the single-process sweep's; summary.json records the workers."""
+    """Two settings x 2 seeds, a setting per worker: sweep.csv, best.json and the returns equal the single-process
+    sweep's, the final state to float rounding; summary.json records the workers."""
     def run(name):
         return RunConfig(env="CartPole-v1", seeds=2, out=str(tmp_path / name), chunks=1, eval_every=0,
                          eval_episodes=2, progress=False, energy=False)
@@ -83,8 +83,11 @@ def test_sweep_over_two_workers_equals_the_single_process_sweep(tmp_path, ray_in
     for name in ("sweep.csv", "best.json"):
         a, b = ((tmp_path / d / name).read_text().replace(d, "OUT") for d in ("alone", "spread"))
         assert a == b, name
+    # The final state to float rounding: one 4-member program against two 2-member ones is another layout (the
+    # issue's identity holds for equal slice shapes); one CI run found 9 of 128 weights an ulp apart (1e-7 relative)
+    # with sweep.csv, best.json and the returns still identical.
     for a, b in zip(*(jax.tree.leaves(load_state(tmp_path / d)[-1]) for d in ("alone", "spread")), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-9)
 
 
 @RAY_SERIAL

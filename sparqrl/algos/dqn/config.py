@@ -37,13 +37,10 @@ class Config(AdamConfig):
 
     # Shared fields (`sparqrl.algos.config`) with DQN's defaults; one update steps every env once.
     num_envs: int = 10
+    # None (`for_runner`): 5e-4 annealed to 0 on device, PureJaxRL's 2.5e-4 constant on the actor-learner runner
+    # and with sparse=rlx2 (the module docstring says why)
     lr: float | None = None
-    """Learning rate of Adam (the start value when anneal_lr is on). None (`for_runner`): 5e-4 on device, 2.5e-4
-    (PureJaxRL's) on the actor-learner runner and with sparse=rlx2."""
-
     anneal_lr: bool | None = None
-    """Decay the learning rate linearly to 0 over the run's gradient steps. None (`for_runner`): on device, off
-    on the actor-learner runner and with sparse=rlx2."""
 
     hidden: tuple[int, ...] = (120, 84)
 
