@@ -44,10 +44,11 @@ from sparqrl import config as cfg, npzsafe
 from sparqrl.algos import get_algorithm
 from sparqrl.algos.ppo import objectives
 from sparqrl.meta import tasks as meta_tasks
-from sparqrl.meta.config import DEFAULT_ENV, MetaConfig
+from sparqrl.meta.config import DEFAULT_ENV, DEFAULT_GENERATIONS, TASK_GENERATIONS, MetaConfig
 from sparqrl.meta.strategies import (PRESETS, STRATEGIES, GenerationOutput, Strategy, make_strategy,
                                      member_keys)
 from sparqrl.runfiles import open_nofollow, write_atomic
+from sparqrl.runners.session import WholeChunks
 from sparqrl.trust import NOTHING, Trust, require_trusted
 
 CHECKPOINT = "checkpoint.npz"
@@ -83,7 +84,7 @@ CartPole victims passed it and ran out of memory at the end)."""
 FINAL_EVALUATION = 0x7FFFFFFF
 """fold_in index of the final evaluation's key (no generation reaches it)."""
 TASK_OPTIONS = {"mfos": ("game", "opponent", "trainer", "games"),
-                "act": ("mode", "adversary", "n_dims", "final_seeds")}
+                "act": ("mode", "adversary", "n_dims", "victim", "final_seeds")}
 """Options that only one task reads: another task refuses them instead of ignoring them."""
 
 
@@ -135,7 +136,7 @@ def inner_config(config: MetaConfig, module: Any) -> Any:
     if config.task == "act":
         from sparqrl.meta import act
 
-        base = dataclasses.replace(base, **act.victim_defaults(config.env))
+        base = dataclasses.replace(base, **act.victim_defaults(config.env, config.victim))
     inner = cfg.override(base, cfg.parse_set(config.set))
     if config.steps:
         inner = dataclasses.replace(inner, total_timesteps=config.steps)
@@ -186,9 +187,11 @@ def _prepare(config: MetaConfig) -> Prepared:
         cfg.fail("strategy", config.strategy,
                  f"must be one of {', '.join(STRATEGIES)}{cfg.close_matches(config.strategy, STRATEGIES)}")
     for name in ("generations", "popsize", "seeds"):
-        value, least = getattr(config, name), 0 if name == "seeds" else 1
+        value, least = getattr(config, name), 1 if name == "popsize" else 0
         cfg.require(cfg.is_int(value) and value >= least, name, value,
                     "must be an integer >= 0 (0: the task's own)" if least == 0 else "must be an integer >= 1")
+    config = dataclasses.replace(config, generations=config.generations
+                                 or TASK_GENERATIONS.get(config.task, DEFAULT_GENERATIONS))
     for name in ("popsize", "seeds"):  # before the strategy is built: some hold popsize-long arrays
         cfg.require(getattr(config, name) <= MAX_MEMBERS, name, getattr(config, name), f"must be <= {MAX_MEMBERS:,} "
                     "(each is a whole inner training per generation)")
@@ -593,7 +596,7 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-class MetaDriver:
+class MetaDriver(WholeChunks):
     """A meta run as a `sparqrl.runners.session.Driver`: one generation per chunk and per "update", the env
     steps of all its inner trainings counted as one member's (the progress bar counts them all)."""
 
@@ -648,12 +651,6 @@ class MetaDriver:
         self.compute_s += time.perf_counter() - start
         self.generations_run += 1
         return self._state, generation_values(metrics, np.asarray(fitness), aux)
-
-    def interrupted_state(self) -> None:
-        return None  # a generation is never cut short
-
-    def meta(self) -> dict[str, Any]:
-        return {}
 
     def restore_meta(self, meta: dict[str, Any]) -> None:
         done = int(meta["chunks_done"])

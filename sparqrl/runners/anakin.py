@@ -37,7 +37,7 @@ from sparqrl.trust import NOTHING, Trust
 from sparqrl.runners import sweep
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.runners.session import (ChunkHook, check_memory, chunk_bounds, eval_summary, notify, program_store, run_session,
-                                     saved_state)
+                                     saved_state, WholeChunks)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,7 +203,7 @@ class Background:
 # The run
 
 
-class AnakinDriver:
+class AnakinDriver(WholeChunks):
     """The on-device run for the shared session loop (`sparqrl.runners.session`)."""
 
     def __init__(self, algo_at: Callable[[HParams], Algorithm], env: Env, run: RunConfig, describe: str,
@@ -320,15 +320,6 @@ class AnakinDriver:
             self._evaluate = build.result() if build is not None else self._evaluation_program()
             self.compile_time_s += time.perf_counter() - start
         return np.asarray(self._evaluate(state, self.hparams, self.eval_keys))
-
-    def interrupted_state(self) -> None:
-        return None  # only whole chunks: the session saves the last logged one
-
-    def meta(self) -> dict[str, Any]:
-        return {}
-
-    def restore_meta(self, meta: dict[str, Any]) -> None:
-        pass
 
     def summary(self) -> dict[str, Any]:
         used = len(self.sharding.mesh.devices.flat)

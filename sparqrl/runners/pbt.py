@@ -49,8 +49,8 @@ from sparqrl.runners.checkpoint import Checkpointer
 from sparqrl.runners.programs import Program, build_program, run_once_options
 from sparqrl.runners.rundir import CONFIG, SUMMARY, RunDir, new_run_dir, open_run_dir
 from sparqrl.runners.run_config import RunConfig
-from sparqrl.runners.session import (ChunkHook, TrainRecords, check_memory, device_name, finished_summary, notify,
-                                     program_store, run_session, use_compile_cache)
+from sparqrl.runners.session import (ChunkHook, TrainRecords, WholeChunks, check_memory, device_name, finished_summary,
+                                     notify, program_store, run_session, use_compile_cache)
 from sparqrl.trust import NOTHING, Trust, require_trusted
 
 DEFAULT_POPULATION = 8
@@ -289,7 +289,7 @@ def one_device() -> NamedSharding:
     return NamedSharding(Mesh(np.array(jax.devices()[:1]), ("seeds",)), PartitionSpec())
 
 
-class PBTDriver:
+class PBTDriver(WholeChunks):
     """A PBT run for the shared session loop: a `TrainDriver` whose state is a `PBTState`."""
 
     def __init__(self, algo_name: str, module: Any, algo_config: Any, env: Any, run: RunConfig, pbt: PBTConfig):
@@ -385,15 +385,6 @@ class PBTDriver:
             self._evaluate = self._build("evaluate", program, self._init.out_info.train, self.hparams, self.eval_keys)
             self.compile_time_s += time.perf_counter() - start
         return np.asarray(self._evaluate(state.train, state.hparams, self.eval_keys))
-
-    def interrupted_state(self) -> None:
-        return None
-
-    def meta(self) -> dict[str, Any]:
-        return {}
-
-    def restore_meta(self, meta: dict[str, Any]) -> None:
-        pass
 
     def summary(self) -> dict[str, Any]:
         return {"devices_used": 1, "programs_loaded": self.programs_loaded, **self.algo.summary}

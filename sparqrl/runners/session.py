@@ -79,6 +79,20 @@ class Driver(Protocol):
     def close(self) -> None: ...
 
 
+class WholeChunks:
+    """`Driver`'s defaults for a driver that saves only whole chunks (the session checkpoints the last logged one)
+    and whose checkpoints carry no counters of its own."""
+
+    def interrupted_state(self) -> tuple[int, Any] | None:
+        return None
+
+    def meta(self) -> dict[str, Any]:
+        return {}
+
+    def restore_meta(self, meta: dict[str, Any]) -> None:
+        pass
+
+
 class TrainDriver(Driver, Protocol):
     """A train run's driver (both runners'): also evaluates the policy and adds its own summary fields."""
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from sparqrl import config as cfg
+from sparqrl.runners.session import WholeChunks
 from sparqrl.runners.sweep import Setting
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +64,7 @@ def _joined(parts: list[Any]) -> Any:
     return jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
 
 
-class WorkersDriver:
+class WorkersDriver(WholeChunks):
     """A sweep for the session (`runners.session.TrainDriver`) whose settings are split over Ray workers: each
     chunk, initialisation and evaluation is one task per contiguous slice of settings (`SweepSlice`), its state in
     and out, gathered in the settings' order. The state lives in this process between chunks (checkpoints as a
@@ -122,15 +123,6 @@ class WorkersDriver:
 
     def evaluate(self, state: Any) -> np.ndarray:
         return _joined(self._map("evaluate", *self._split(state)))
-
-    def interrupted_state(self) -> None:
-        return None
-
-    def meta(self) -> dict[str, Any]:
-        return {}
-
-    def restore_meta(self, meta: dict[str, Any]) -> None:
-        pass
 
     def summary(self) -> dict[str, Any]:
         return {**self.whole.summary(), "workers": self.pool.workers, "slices": len(self.jobs)}
