@@ -526,17 +526,18 @@ def train(algo_name: str, algo_config: Any, run: RunConfig, *, fields: str, rang
                        records=PBTRecords(run, algo_name, driver))
 
 
-def saved_pbt(path: Path) -> PBTConfig | None:
-    """The PBT settings of the run in `path` (config.json's "pbt"), None for another kind of run."""
-    data = json.loads((Path(path) / CONFIG).read_text()).get("pbt")
-    return None if data is None else cfg.from_dict(PBTConfig, data, str(Path(path) / CONFIG))
+def saved_pbt(rundir: RunDir) -> PBTConfig | None:
+    """The PBT settings of the run opened in `rundir` (its config.json's "pbt", as `open_run_dir` read it), None for
+    another kind of run."""
+    data = rundir.saved.get("pbt")
+    return None if data is None else cfg.from_dict(PBTConfig, data, str(rundir.path / CONFIG))
 
 
 def resume(out: str | Path, *, progress: bool | None = None, trust: Trust = NOTHING,
            on_chunk: ChunkHook | None = None) -> dict:
     """Continue the PBT run in `out` from its newest intact checkpoint (a finished one: its summary)."""
     rundir, algo_name, algo_config, run = open_run_dir(out, trust=trust, pbt=True)
-    pbt = saved_pbt(rundir.path)
+    pbt = saved_pbt(rundir)
     cfg.require(pbt is not None, "--resume", str(out),
                 "is not a PBT run's folder (`sparqrl train --resume` continues it)")
     require_trusted(trust, rundir.path / CONFIG, ray_address=run.ray_address)

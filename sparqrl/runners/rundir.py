@@ -45,11 +45,13 @@ MIN_FREE_BYTES = 16 * 2**20  # a run's config, first logs and first checkpoint o
 
 
 class RunDir:
-    """The output folder of one run; `claim(name)` records a file in the manifest before it is written."""
+    """The output folder of one run; `claim(name)` records a file in the manifest before it is written. `saved`: its
+    config.json as `open_run_dir` read it (None for a folder this process writes anew)."""
 
-    def __init__(self, path: Path, files: list[str]):
+    def __init__(self, path: Path, files: list[str], saved: dict[str, Any] | None = None):
         self.path = path
         self.files = files
+        self.saved = saved
 
     def claim(self, name: str) -> Path:
         """`name` in the folder, recorded in the manifest; checked to be (and hold) no link, just before
@@ -268,7 +270,7 @@ def open_run_dir(path: str | Path, field: str = "resume", trust: Trust | None = 
     if trust is not None:
         require_trusted(trust, out / CONFIG, run.imports, run.env, networks=algo_config.network_references())
         import_modules(run.imports)  # what the run imported before resolving its env, in this process too
-    return RunDir(out, held[1]), data["algo"], algo_config, run
+    return RunDir(out, held[1], data), data["algo"], algo_config, run
 
 
 def saved_sweep(path: Path) -> list[dict[str, float]] | None:
