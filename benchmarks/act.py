@@ -30,6 +30,8 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=20)
     parser.add_argument("--modes", default="anti,pro")
     parser.add_argument("--adversary", default="mlp", help="mlp (default here: cheaper on a CPU) or lstm")
+    parser.add_argument("--victim", default="paper", help="the CartPole victim: paper (default here: ACT's 4 x 256 x "
+                        "32, as this benchmark's runs) or cpu (`sparqrl meta act`'s default, 4 x 128 x 16)")
     parser.add_argument("--sigma", type=float, default=0.0, help="OpenES initial std (0: the preset's 0.04)")
     parser.add_argument("--lr", type=float, default=0.0, help="OpenES learning rate (0: the preset's 0.01)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -48,12 +50,12 @@ def main() -> None:
               "machine": {"device": str(jax.devices()[0]), "cores": os.cpu_count(), "platform": platform.platform(),
                           "jax": jax.__version__},
               "popsize": args.popsize, "generations": args.generations, "adversary": args.adversary,
-              "sigma": args.sigma, "lr": args.lr, "set": args.set, "fitness": args.fitness, "seed": args.seed, "runs": {}}
+              "victim": args.victim, "sigma": args.sigma, "lr": args.lr, "set": args.set, "fitness": args.fitness, "seed": args.seed, "runs": {}}
     with tempfile.TemporaryDirectory(prefix="sparqrl-act-") as tmp:
         for mode in args.modes.split(","):
             print(f"ACT {mode}: population {args.popsize} x {args.generations} generations ...", flush=True)
             config = meta.MetaConfig(task="act", env="CartPole-v1", mode=mode, adversary=args.adversary,
-                                     popsize=args.popsize, seeds=1, generations=args.generations,
+                                     victim=args.victim, popsize=args.popsize, seeds=1, generations=args.generations,
                                      sigma=args.sigma, lr=args.lr, set=tuple(args.set), fitness=args.fitness,
                                      seed=args.seed, out=str(Path(tmp) / mode), energy=False, progress=False)
             s = meta.train_meta(config)

@@ -396,6 +396,40 @@ def test_act_goal_mode_runs_end_to_end(capsys, tmp_path):
     assert len(rows) == 2 and all(0.0 < float(r["goal_reward"]) <= 1.0 for r in rows)
 
 
+def test_plain_act_command_takes_the_documented_settings_and_flags_still_win(tmp_path):
+    """Issue 31 item 4: `sparqrl meta act` alone runs as the documented ACT results were reached
+    (docs/meta-evolution.md, benchmarks/history.md "Adversarial cheap talk on CartPole"): a static (mlp) adversary,
+    40 generations of 32,
+    one inner seed, OpenES sigma 0.1 and lr 0.05, ACT's victim on 4 envs x 128 steps x 16 updates (8,192 env steps);
+    flags given still win (ACT's LSTM and its own 4 x 256 x 32 victim), and other tasks keep 16 generations."""
+    from sparqrl.meta import cli as meta_cli, run as meta_run
+
+    def prepared(*flags):
+        args = meta_cli.parser().parse_args([*flags, "--out", str(tmp_path / "x"), "--no-energy"])
+        return meta_run.prepare(meta_cli.config_from_args(args))
+
+    plain = prepared("act")
+    c, victim = plain.config, plain.task.inner_config
+    assert (c.adversary, c.victim, c.generations, c.popsize, c.seeds, c.sigma, c.lr) == ("mlp", "cpu", 40, 32, 1, 0.1,
+                                                                                        0.05)
+    assert (victim.num_envs, victim.num_steps, victim.num_updates, victim.total_timesteps) == (4, 128, 16, 8192)
+    assert (victim.update_epochs, victim.lr, victim.hidden) == (16, 5e-3, (32, 32))
+    given = prepared("act", "--adversary", "lstm", "--victim", "paper", "--generations", "3")
+    c, victim = given.config, given.task.inner_config
+    assert (c.adversary, c.victim, c.generations) == ("lstm", "paper", 3)
+    assert (victim.num_steps, victim.num_updates, victim.total_timesteps) == (256, 32, 32768)
+    assert prepared("act", "--set", "num_steps=64").task.inner_config.total_timesteps == 8192
+    assert prepared("lpo").config.generations == 16
+
+
+def test_act_runs_saved_before_victim_resume_with_acts_own_victim():
+    """config.json of an act run from before --victim (no such key) reads as ACT's own victim, the one it trained
+    (a resume rebuilds the victim from the settings); a run that records it keeps its own."""
+    assert from_dict(MetaConfig, {"task": "act", "mode": "anti"}).victim == "paper"
+    assert from_dict(MetaConfig, to_dict(MetaConfig(task="act"))).victim == "cpu"
+    assert from_dict(MetaConfig, {"task": "mfos"}).victim == MetaConfig.victim
+
+
 def test_act_runs_saved_before_final_seeds_resume_with_their_8_victims():
     """config.json of an act run from before --final-seeds (no such key) reads as the 8 it evaluated; a run
     that records it keeps its own, and the default holds for new runs only."""
@@ -409,6 +443,9 @@ def test_act_runs_saved_before_final_seeds_resume_with_their_8_victims():
     (["meta", "act", "--mode", "evil"], "mode='evil'"),
     (["meta", "act", "--mode", "goal", "--env", "Acrobot-v1"], "goal runs on CartPole-v1"),
     (["meta", "act", "--adversary", "gru"], "adversary='gru'"),
+    (["meta", "act", "--victim", "gpu"], "victim='gpu'"),
+    (["meta", "act", "--generations", "-1"], "generations=-1"),
+    (["meta", "lpo", "--victim", "paper"], "task act only"),
     (["meta", "act", "--n-dims", "0"], "n_dims"),
     (["meta", "act", "--final-seeds", "0"], "final_seeds=0"),
     (["meta", "act", "--final-seeds", "65536"], "from 1 to 1,024"),

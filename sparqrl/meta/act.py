@@ -11,9 +11,10 @@ scratch inside the fitness function (one compiled program per generation, popula
 
 The victim's return is its mean episode return over the whole training ('lifetime', the reference's
 default) or over its last 10 % of updates ('final', the reference's --end-only). On CartPole-v1 the victim
-is ACT's: the 200-step CartPole (`act_cartpole`), 4 envs x 256 steps x 32 updates, 16 full-batch epochs,
-lr 5e-3, 32-32 tanh (§3.2); elsewhere PPO's defaults. The genome starts at zero (the reference's OpenES
-mean, so the first message is tanh(0) = 0).
+is ACT's: the 200-step CartPole (`act_cartpole`), 16 full-batch epochs, lr 5e-3, 32-32 tanh (§3.2), on 4 envs
+x 128 steps x 16 updates by default (`victim` cpu: the documented CPU results') or ACT's 4 x 256 x 32 (paper);
+elsewhere PPO's defaults. The genome starts at zero (the reference's OpenES mean, so the first message is
+tanh(0) = 0).
 
 At test time a fresh victim trains against a run's evolved adversary, held fixed, with the normal training
 runner: the environment `act:DIR` (DIR an act meta run's folder) is the meta task's victim env with the
@@ -49,20 +50,26 @@ MODES = ("anti", "pro", "goal")
 SCALE = 2 * math.pi
 """The message's bound at train time (`CT_SCALE` of the reference's main_train_time.py)."""
 CARTPOLE = "CartPole-v1"
-VICTIM_CARTPOLE = {
+ACT_VICTIM = {
     "num_envs": 4, "num_steps": 256, "total_timesteps": 32 * 4 * 256, "update_epochs": 16, "num_minibatches": 1,
     "lr": 5e-3, "anneal_lr": False, "gamma": 0.99, "gae_lambda": 0.95, "ent_coef": 0.01, "vf_coef": 0.5,
     "clip_eps": 0.2, "max_grad_norm": 0.5, "hidden": (32, 32), "activation": "tanh",
 }
 """ACT's CartPole victim (§3.2): the fields of `ppo.Config` it sets; the rest are PPO's defaults."""
+VICTIMS = {"cpu": {**ACT_VICTIM, "num_steps": 128, "total_timesteps": 16 * 4 * 128}, "paper": ACT_VICTIM}
+"""The CartPole victims `MetaConfig.victim` names: cpu, ACT's on half its steps per update and half its updates
+(8,192 env steps: every documented CPU result, where the silent victims end at 164-168 of 200 and leave a helpful
+message room to show; benchmarks/history.md "Adversarial cheap talk on CartPole"), and paper, ACT's own."""
 ES_DEFAULTS = {"seeds": 1, "sigma": 0.1, "lr": 0.05}
 """open_es's settings for what the command leaves unset: those ANTI and PRO met their goals with on a CPU
 (population 32, 40 generations; BENCHMARKS.md, "Adversarial cheap talk"); the preset's sigma 0.04 / lr 0.01
 moved nothing in 10 generations of 32."""
 
 
-def victim_defaults(env_name: str) -> dict[str, Any]:
-    return dict(VICTIM_CARTPOLE) if env_name == CARTPOLE else {}
+def victim_defaults(env_name: str, victim: str) -> dict[str, Any]:
+    """The victim's `ppo.Config` fields the `victim` budget sets on `env_name` (CartPole-v1 only)."""
+    cfg.one_of("victim", victim, tuple(VICTIMS))
+    return dict(VICTIMS[victim]) if env_name == CARTPOLE else {}
 
 
 def base_env(env_name: str, mode: str) -> Any:

@@ -40,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--env", default=None, help=f"inner environment (default {d.env})")
     p.add_argument("--algo", default=None, help="inner algorithm for hparams: ppo, dqn, td3, sac, impala, a2c (default ppo)")
     p.add_argument("--strategy", default=None, help="open_es (default), snes, cma_es, simple_ga")
-    p.add_argument("--generations", type=int, default=None, help=f"generations (default {d.generations})")
+    p.add_argument("--generations", type=int, default=None, help="generations (default: 40 for act, else 16)")
     p.add_argument("--popsize", type=int, default=None, help=f"population size (default {d.popsize}; even for open_es)")
     p.add_argument("--seeds", type=int, default=None, help="inner seeds per member (default: 1 for mfos es and "
                    "act, else 2)")
@@ -62,6 +62,8 @@ def parser() -> argparse.ArgumentParser:
                    "meta-episode (ppo, default 4096)")
     p.add_argument("--mode", default=None, help=f"act: anti, pro or goal (default {d.mode})")
     p.add_argument("--adversary", default=None, help=f"act: mlp or lstm (default {d.adversary})")
+    p.add_argument("--victim", default=None, help=f"act on CartPole-v1: the victim's budget, cpu (4 envs x 128 steps x "
+                   f"16 updates) or paper (ACT's 4 x 256 x 32) (default {d.victim})")
     p.add_argument("--n-dims", type=int, default=None, help=f"act: message size (default {d.n_dims})")
     p.add_argument("--final-seeds", type=int, default=None, help="act: victims the final evaluation trains with the "
                    f"evolved adversary and, on the same keys, with a silent one (default {d.final_seeds})")
@@ -92,8 +94,8 @@ def config_from_args(args: argparse.Namespace):
 
     values = {}
     for name in ("env", "algo", "strategy", "generations", "popsize", "seeds", "steps", "fitness", "sigma", "lr",
-                 "fields", "game", "opponent", "trainer", "games", "mode", "adversary", "n_dims", "final_seeds", "seed",
-                 "out", "overwrite", "country", "wandb", "wandb_mode"):
+                 "fields", "game", "opponent", "trainer", "games", "mode", "adversary", "victim", "n_dims",
+                 "final_seeds", "seed", "out", "overwrite", "country", "wandb", "wandb_mode"):
         value = getattr(args, name)
         if value is not None:
             values[name] = value

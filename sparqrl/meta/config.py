@@ -12,6 +12,13 @@ ACT_PREFIX = "act:"
 `sparqrl.envs` by `sparqrl.meta.prefix`)."""
 ACT_FINAL_SEEDS_BEFORE = 8
 """The final evaluation's victims per side of an act run saved before `final_seeds` was a setting."""
+ACT_VICTIM_BEFORE = "paper"
+"""The CartPole victim of an act run saved before `victim` was a setting: ACT's own (`sparqrl.meta.act`)."""
+DEFAULT_GENERATIONS = 16
+"""Generations where the task has no number of its own (`TASK_GENERATIONS`)."""
+TASK_GENERATIONS = {"act": 40}
+"""Generations of the tasks whose documented results were reached with another number: act's 40 generations of 32
+(docs/meta-evolution.md, benchmarks/history.md "Adversarial cheap talk on CartPole")."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,8 +39,9 @@ class MetaConfig:
     strategy: str = "open_es"
     """Evolution strategy: open_es, snes, cma_es or simple_ga (presets in `sparqrl.meta.strategies`)."""
 
-    generations: int = 16
-    """Generations (ask -> inner trainings -> tell) in the whole run."""
+    generations: int = 0
+    """Generations (ask -> inner trainings -> tell) in the whole run; 0: the task's own (`TASK_GENERATIONS`: 40
+    for act, else 16)."""
 
     popsize: int = 32
     """Population size (even for open_es with antithetic sampling)."""
@@ -86,9 +94,14 @@ class MetaConfig:
     """act: anti (the adversary lowers the victims' return), pro (raises it) or goal (steers the cart to a goal
     the adversary sees; CartPole-v1 only)."""
 
-    adversary: str = "lstm"
-    """act: the adversary's network: lstm (32 units, carried over the victim's lifetime: the reference's
-    train-time default) or mlp (static, 2 x 64 relu)."""
+    adversary: str = "mlp"
+    """act: the adversary's network: mlp (static, 2 x 64 relu: the one every documented act result used) or lstm
+    (32 units, carried over the victim's lifetime: the reference's train-time default)."""
+
+    victim: str = "cpu"
+    """act on CartPole-v1: the PPO victim's budget, ACT's victim (§3.2) otherwise: cpu (4 envs x 128 steps x 16
+    updates, 8,192 env steps: the documented CPU results') or paper (ACT's 4 x 256 x 32, 32,768 env steps: the
+    GPU runs'). --set num_steps=... / total_timesteps=... change either."""
 
     n_dims: int = 2
     """act: the message's size (entries appended to the victim's observation)."""
@@ -130,10 +143,12 @@ class MetaConfig:
     @classmethod
     def upgrade_dict(cls, data: Mapping[str, Any]) -> dict[str, Any]:
         """A saved config.json of an older sparqrl in today's fields (`config.from_dict`): an act run saved
-        before `final_seeds` existed resumes with the 8 final victims it was started with."""
+        before `final_seeds` existed resumes with the 8 final victims it was started with, one saved before `victim`
+        existed with ACT's own victim."""
         data = dict(data)
         if data.get("task") == "act":
             data.setdefault("final_seeds", ACT_FINAL_SEEDS_BEFORE)
+            data.setdefault("victim", ACT_VICTIM_BEFORE)
         return data
 
     @property
