@@ -316,3 +316,47 @@ def test_rlx2_logs_the_horizon_switching_at_the_delay():
     np.testing.assert_array_equal(horizon[(grad == 1) & (taken < delay)], 1.0)
     np.testing.assert_array_equal(horizon[(grad == 1) & (taken >= delay)], 3.0)
     assert np.sum(horizon == 1.0) == delay - 1
+
+
+# ---- run folders of an older sparqrl --------------------------------------------------------------------------------
+
+
+def _stop_at(chunk):
+    def hook(done, metrics):
+        if done == chunk:
+            raise KeyboardInterrupt
+
+    return hook
+
+
+def test_a_folder_from_before_per_runner_values_resumes_with_the_one_step_target(tmp_path):
+    """A folder written before config.json recorded the per-runner values says `"nstep": null` (and prioritized
+    null, exploration "auto", nstep_delay_fraction null): its device run used n = 1, where an unset nstep now
+    means 3. Resumed, it goes on with n = 1 and ends as the same run uninterrupted."""
+    from sparqrl.runners import RunConfig, RunInterrupted, resume, train
+    from sparqrl.runners.rundir import open_run_dir
+
+    config = dqn.Config(total_timesteps=3000, learning_starts=500, lr=2.5e-4, anneal_lr=False, buffer_size=1000,
+                        batch_size=32, epsilon_anneal_time=2000, target_update_interval=100, nstep=1)
+
+    def run(name, **kw):
+        return RunConfig(env="CartPole-v1", seeds=2, out=str(tmp_path / name), chunks=4, checkpoint_every=1,
+                         checkpoint_interval_s=0.0, eval_episodes=3, progress=False, energy=False, **kw)
+
+    whole = train("dqn", config, run("whole"))
+    with pytest.raises(RunInterrupted):
+        train("dqn", config, run("old"), on_chunk=_stop_at(2))
+    saved = json.loads((tmp_path / "old" / "config.json").read_text())
+    assert saved["config"]["nstep"] == 1  # today's folders record the value used
+    saved["config"].update(nstep=None, prioritized=None, exploration="auto", nstep_delay_fraction=None)
+    (tmp_path / "old" / "config.json").write_text(json.dumps(saved))
+    assert open_run_dir(tmp_path / "old")[2].nstep == 1
+    assert dqn.Config(nstep=None).as_saved_run("gym:CartPole-v1").nstep is None  # (the host runner: 3, then and now)
+    resumed = resume(tmp_path / "old")
+    assert resumed["final_return_per_seed"] == whole["final_return_per_seed"]
+
+    def rows(name):  # every metric of every chunk and seed (the losses too), wall time left out
+        return [{k: v for k, v in row.items() if k != "wall_time_s"}
+                for row in csv.DictReader((tmp_path / name / "metrics.csv").open())]
+
+    assert rows("old") == rows("whole")

@@ -118,6 +118,12 @@ class AlgoConfig:
         own = getattr(self, f"{network}_network") if network else None
         return own if own is not None else self.network
 
+    def as_saved_run(self, env: str) -> "AlgoConfig":
+        """This config as a run folder's config.json records it, for a run on `env` (`rundir.open_run_dir`): an
+        algorithm whose meaning of an unset field changed since an older sparqrl wrote such a folder gives the
+        value the run was made with (`dqn.Config`); the others return it as it is."""
+        return self
+
     def network_references(self) -> tuple[tuple[str, str], ...]:
         """(field, MODULE:ATTR) of each torso the config names: code a run folder names (`sparqrl.trust`)."""
         fields = ("network", "actor_network", "critic_network")

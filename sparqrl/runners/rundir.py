@@ -263,6 +263,7 @@ def open_run_dir(path: str | Path, field: str = "resume", trust: Trust | None = 
         module = get_algorithm(data["algo"])
         algo_config = cfg.from_dict(module.Config, data["config"], str(out / CONFIG))
         run = cfg.from_dict(RunConfig, data["run"], str(out / CONFIG))
+        algo_config = algo_config.as_saved_run(run.env)
     except cfg.ConfigError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as error:

@@ -157,6 +157,14 @@ class Config(AdamConfig):
             nstep_delay_fraction=_unset_or(self.nstep_delay_fraction, 0.1 if rlx2 else 0.0),
         )
 
+    def as_saved_run(self, env: str) -> "Config":
+        """`AlgoConfig.as_saved_run`: a folder written before config.json recorded the per-runner values has
+        `nstep` None, which on device without sparse=rlx2 then meant the one-step target (now 3); the run resumes,
+        evaluates and exports with n = 1. Its other unset fields (prioritized, exploration, nstep_delay_fraction)
+        resolve now as they did then, and lr, anneal_lr and buffer_size were recorded."""
+        one_step = self.nstep is None and not is_host_env(env) and self.sparse != "rlx2"
+        return dataclasses.replace(self, nstep=1) if one_step else self
+
     @property
     def replay_capacity(self) -> int:
         """Transitions the replay holds: buffer_size, but never more than the run stores."""
