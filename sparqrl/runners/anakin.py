@@ -173,6 +173,17 @@ def member_keys(keys: jax.Array, members: int) -> jax.Array:
     return jnp.tile(keys, (members // keys.shape[0], 1))
 
 
+def run_keys(seed: int, seeds: int, members: int) -> tuple[jax.Array, jax.Array]:
+    """(training keys, evaluation keys) [members] of a run (`member_keys`, `eval_keys`), computed by one program
+    compiled at XLA's lowest optimisation (it runs once): op by op, JAX compiles a program per random op (seed,
+    split, fold_in, tile: 0.30-0.36 s of CPU on the 2-core machine against 0.11 s, issue 33). The same bits."""
+    def keys() -> tuple[jax.Array, jax.Array]:
+        return (member_keys(jax.random.split(jax.random.PRNGKey(seed), seeds), members),
+                member_keys(eval_keys(seed, seeds), members))
+
+    return jax.jit(keys).lower().compile(run_once_options())()
+
+
 class Background:
     """`fn()` on a thread of its own (a compile: XLA releases the GIL while it works)."""
 
@@ -228,15 +239,14 @@ class AnakinDriver(WholeChunks):
         self.programs_loaded = 0  # of the 3 programs, how many came traced from the cache (`programs`)
         self._said_compiling = False
         self._evaluate: Program | None = None
-        self._eval_build: Background | None = None  # the evaluation program compiling on a thread (`start`)
+        self._eval_build: Background | None = None  # the evaluation program compiling on a thread (`build`)
         self.members = len(next(iter(hparams.values()))) if hparams else run.seeds
         self.member_names = member_names(settings, run.seeds)
         self.sharding = seed_sharding(self.members)
         self.replicated = NamedSharding(self.sharding.mesh, REPLICATED)
-        self.hparams = jax.device_put({k: jnp.asarray(v) for k, v in hparams.items()}, self.sharding)
-        seed_keys = jax.random.split(jax.random.PRNGKey(run.seed), run.seeds)
-        self.keys = jax.device_put(member_keys(seed_keys, self.members), self.sharding)
-        self.eval_keys = jax.device_put(member_keys(eval_keys(run.seed, run.seeds), self.members), self.sharding)
+        # (placed from NumPy: a jnp array first would compile a copy program on a cold start, as jnp.int32 would)
+        self.hparams = jax.device_put({k: np.asarray(v) for k, v in hparams.items()}, self.sharding)
+        self.keys, self.eval_keys = jax.device_put(run_keys(run.seed, run.seeds, self.members), self.sharding)
         self._inflight: tuple[Any, dict[str, jax.Array]] | None = None
 
     def abstract_state(self) -> Any:
@@ -248,30 +258,31 @@ class AnakinDriver(WholeChunks):
         apart. A later run of the same configuration loads them traced (`programs`) and compiled (XLA's cache).
 
         The init program runs once, so on the CPU it is compiled at XLA's lowest optimisation
-        (`run_once_options`). The evaluation program is not built here: compiling it took 1.4-1.7 s of the
-        quick start's cold first progress line (BENCHMARKS.md, "Start fast"). `start` compiles it on a thread
-        beside the first chunks (XLA's compile releases the GIL; on the 2-core CPU a 1-seed run's chunks leave
-        the other core idle, and at more seeds the compile takes a core for as long as it would have stopped
-        the run), so the first evaluation waits only for what is left of it: that wait is in
-        compile_time_s. Not at XLA's lowest optimisation: it ran 2.4-3x slower so (PPO on CartPole and
-        Breakout-MinAtar), which a run with many or long evaluations would pay more than the 0.7-1 s of
-        compilation saved."""
+        (`run_once_options`). The evaluation program is compiled on a thread from here on, beside the chunk
+        program's tracing and compilation (XLA's compile releases the GIL; tracing is single-threaded, so the
+        chunk's leaves a core idle), so the first evaluation waits only for what is left of it: that wait is in
+        compile_time_s. Started after the chunk had compiled (at the first chunk), it was not done by the 10th
+        chunk of a 1-seed CartPole run and that evaluation waited for it (issue 33). Not at XLA's lowest
+        optimisation: it ran 2.4-3x slower so (PPO on CartPole and Breakout-MinAtar), which a run with many or
+        long evaluations would pay more than the 0.7-1 s of compilation saved."""
         start = time.perf_counter()
         self._init = self._build("init", init_program(self.algo_at), (SEEDS, SEEDS), SEEDS, self.keys, self.hparams,
                                  options=run_once_options(), on_compile=self._say_compiling)
+        if self._evaluate is None and self._eval_build is None:
+            self._eval_build = Background(self._evaluation_program, "sparqrl-eval-compile")
         self._chunk = self._build("chunk", chunk_program(self.algo_at, self.on_update), (SEEDS, SEEDS, REPLICATED),
                                   (SEEDS, SEEDS), self._init.out_info, self.hparams,
-                                  jax.device_put(jnp.int32(1), self.replicated), on_compile=self._say_compiling)
+                                  jax.device_put(np.int32(1), self.replicated), on_compile=self._say_compiling)
+        self.programs_loaded += self._init.loaded + self._chunk.loaded
         self.compile_time_s += time.perf_counter() - start
 
     def _build(self, name: str, fn: Callable, in_specs: tuple, out_specs: Any, *args: Any, options: Any = None,
                on_compile: Callable[[], None] | None = None) -> Program:
-        """`fn` (batched over the seed axis) on each device's own seeds, compiled or loaded (`build_program`)."""
+        """`fn` (batched over the seed axis) on each device's own seeds, compiled or loaded (`build_program`); the
+        caller counts it in programs_loaded (on its own thread: the evaluation program builds beside the chunk)."""
         store = program_store() if self.run.compile_cache and self.env_key is not None else None
-        program = build_program(name, per_device(fn, self.sharding, in_specs, out_specs), args, describe=self.describe,
-                                store=store, compiler_options=options, on_compile=on_compile)
-        self.programs_loaded += program.loaded
-        return program
+        return build_program(name, per_device(fn, self.sharding, in_specs, out_specs), args, describe=self.describe,
+                             store=store, compiler_options=options, on_compile=on_compile)
 
     def _say_compiling(self) -> None:
         """One line before the training programs compile where the cache does not hold them (a Brax env's
@@ -288,12 +299,10 @@ class AnakinDriver(WholeChunks):
         if chunk < len(self.bounds):
             n = self.bounds[chunk] - (self.bounds[chunk - 1] if chunk else 0)
             # the trip count is placed as the compiled program expects it (replicated over devices)
-            self._inflight = self._chunk(state, self.hparams, jax.device_put(jnp.int32(n), self.replicated))
+            self._inflight = self._chunk(state, self.hparams, jax.device_put(np.int32(n), self.replicated))
 
     def start(self, state: Any, updates_done: int, stop: Any) -> None:
         self._launch(self.bounds.index(updates_done) + 1 if updates_done else 0, state)
-        if self._evaluate is None and self._eval_build is None:  # compiled while the chunks run (`build`)
-            self._eval_build = Background(self._evaluation_program, "sparqrl-eval-compile")
 
     def _evaluation_program(self) -> Program:
         return self._build("evaluate", eval_program(self.algo_at, self.env, self.run.eval_episodes),
@@ -309,15 +318,16 @@ class AnakinDriver(WholeChunks):
     def chunk(self, state: Any, updates: int) -> tuple[Any, dict[str, np.ndarray]]:
         """`updates` updates of every member from `state` (host arrays), nothing queued after it: a sweep slice's
         Ray task (`sweep_workers.SweepSlice`)."""
-        updates_n = jax.device_put(jnp.int32(updates), self.replicated)
+        updates_n = jax.device_put(np.int32(updates), self.replicated)
         state, metrics = self._chunk(jax.device_put(state, self.sharding), self.hparams, updates_n)
         return state, {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
 
     def evaluate(self, state: Any) -> np.ndarray:
-        if self._evaluate is None:  # the first evaluation: the program compiled since `start` (or now: no `start`)
+        if self._evaluate is None:  # the first evaluation: the program compiled since `build` (or now: no `build`)
             start = time.perf_counter()
             build, self._eval_build = self._eval_build, None
             self._evaluate = build.result() if build is not None else self._evaluation_program()
+            self.programs_loaded += self._evaluate.loaded
             self.compile_time_s += time.perf_counter() - start
         return np.asarray(self._evaluate(state, self.hparams, self.eval_keys))
 
