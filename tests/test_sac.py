@@ -17,7 +17,7 @@ from sparqrl.algos.base import EPISODE_COUNT, make_train_fn
 from sparqrl.config import ConfigError
 from sparqrl.envs import host_spec, make_env
 
-from conftest import train_as_users_do
+from conftest import RAY_SERIAL, train_as_users_do
 
 # ---- math against NumPy ----------------------------------------------------------------------
 
@@ -242,34 +242,6 @@ def test_sac_learns_pendulum(tmp_path):
     assert min(summary["final_return_per_seed"]) >= -400
 
 
-@pytest.mark.slow
-def test_sac_rlx2_90_learns_pendulum(pendulum):
-    """RLx2 SAC at 90 % actor and critic sparsity: the dense test's budget and settings with sparse="rlx2"
-    (RigL topology, delayed 3-step target, dynamic buffer), Pendulum-v1, seed 0.
-
-    10,000 env steps, 9,000 gradient steps; a topology update of each network every 1,000 of them (8 each,
-    T_end 9,000). Deterministic evaluation, 10 episodes.
-    Measured on the shared 2-core CPU with the reference's critic grow score (quirk 6, the default):
-    eval mean −192.1 for seed 0 (the dense test: −167); 114 s including compilation. Threshold −400,
-    as the dense test.
-    """
-    config = sac.Config(total_timesteps=10_000, learning_starts=1_000, buffer_min_size=5_000, buffer_check_interval=2_000,
-                        sparse="rlx2", actor_sparsity=0.9, critic_sparsity=0.9, topology_interval=1_000)
-    algo = sac.make_algorithm(config, pendulum)
-    t0 = time.time()
-    state, metrics = jax.jit(make_train_fn(algo))(jax.random.key(0))
-    returns = jax.jit(lambda p, k: evaluate(pendulum, algo.act, p, k, 10))(algo.policy(state), jax.random.key(1))
-    mean = float(np.asarray(returns).mean())
-    print(f"SAC rlx2 90/90 Pendulum-v1 deterministic return: {mean:.1f} ({time.time() - t0:.0f} s)")
-    assert (config.validate(pendulum).nstep, config.validate(pendulum).dynamic_buffer) == (3, True)
-    assert algo.summary["actor_sparsity"] == pytest.approx(0.9, abs=1e-4)
-    assert algo.summary["critic_sparsity"] == pytest.approx(0.9, abs=1e-4)
-    # measured in the masks at the end of the run (floor(s_l·N_l) zeros keep at most one extra weight per layer)
-    assert float(metrics["actor_sparsity"][-1]) == pytest.approx(0.9, abs=1e-4)
-    assert float(metrics["critic_sparsity"][-1]) == pytest.approx(0.9, abs=1e-4)
-    assert mean >= -400
-
-
 def test_critic_grow_score_adds_the_actor_loss_gradient(pendulum):
     """RLx2 quirk 6: the critic's RigL grow score includes d(actor loss)/d(critic) of the iteration before
     the update. It is computed on that iteration only (49 = ΔT - 1 here) and kept; nothing else in
@@ -291,3 +263,22 @@ def test_critic_grow_score_adds_the_actor_loss_gradient(pendulum):
     assert any(np.any(np.asarray(g) != 0.0) for g in grad_a)
     with pytest.raises(ConfigError, match=r"critic_grow_score='actor' .*with_actor_grad, critic_loss"):
         sac.Config(critic_grow_score="actor").validate(pendulum)
+
+
+HOST_STEPS = 8_000
+HOST_THRESHOLD = -400.0
+
+
+@RAY_SERIAL
+@pytest.mark.slow
+def test_sac_learns_pendulum_on_the_host(tmp_path):
+    """The defaults as a user runs them on a host env: `sparqrl train sac --env gym:Pendulum-v1 --actors 2 --seeds
+    2`, the actors on the back-end the command picks (Ray), HOST_STEPS env steps (800 random ones, RLx2's 25,000
+    capped at 10 % of the run, then one gradient step each): every seed's deterministic return (10 episodes) >=
+    HOST_THRESHOLD; random play scores about -1,200, a good policy about -200. The actors race, so every run is a
+    new draw: benchmarks/history.md, "RLx2 and host learning tests through the command (issue 31 item 5)", lists
+    the draws this threshold was chosen from."""
+    summary = train_as_users_do(tmp_path / "run", "sac", "gym:Pendulum-v1", steps=HOST_STEPS,
+                                options=("--actors", "2"))
+    assert summary["backend"] == "ray" and summary["actors"] == 2 and summary["steps"] == HOST_STEPS
+    assert min(summary["final_return_per_seed"]) >= HOST_THRESHOLD, summary["final_return_per_seed"]

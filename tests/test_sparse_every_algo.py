@@ -3,6 +3,8 @@ the shared sparse config fields, exact sparsities through PPO, IMPALA and DQN ru
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,7 +17,7 @@ from sparqrl.algos.impala.config import Config as ImpalaConfig
 from sparqrl.algos.ppo.config import Config as PPOConfig
 from sparqrl.config import ConfigError
 from sparqrl.envs import make_env
-from tests.conftest import train_as_users_do
+from conftest import last_metric, train_as_users_do
 
 
 def _tree():
@@ -175,3 +177,31 @@ def test_dqn_learns_cartpole_with_rlx2_at_80_percent(tmp_path):
                                 sets=("sparse=rlx2", "sparsity=0.8"))
     assert summary["q_sparsity"] == pytest.approx(0.8, abs=1e-3)
     assert min(summary["final_return_per_seed"]) >= 400, summary["final_return_per_seed"]
+
+
+# RLx2's short Pendulum budgets of the dense learning tests (tests/test_td3.py, tests/test_sac.py): 1,000 random
+# steps, then one gradient step per env step; a topology update every 1,000 scheduler calls; the dynamic buffer
+# checked every 2,000 env steps above 5,000 transitions.
+RLX2_PENDULUM_SETS = ("learning_starts=1000", "buffer_min_size=5000", "buffer_check_interval=2000",
+                      "topology_interval=1000")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo, steps", [("td3", 12_000), ("sac", 10_000)])
+def test_rlx2_at_90_percent_learns_pendulum(tmp_path, algo, steps):
+    """RLx2 TD3 and SAC at 90 % actor and critic sparsity (RigL topology, delayed 3-step target, dynamic buffer)
+    through `sparqrl train ALGO --env Pendulum-v1 --seeds 2 --sparse rlx2 --actor-sparsity 0.9 --critic-sparsity
+    0.9`, the seeds spread over 2 CPU devices as the command spreads them, at the dense tests' budgets: every seed's
+    deterministic return (10 episodes) >= -400 (random play about -1,200, a good policy about -200). Measured:
+    benchmarks/history.md, "RLx2 and host learning tests through the command (issue 31 item 5)"."""
+    out = tmp_path / "run"
+    summary = train_as_users_do(out, algo, "Pendulum-v1", steps=steps, sets=RLX2_PENDULUM_SETS,
+                                options=("--sparse", "rlx2", "--actor-sparsity", "0.9", "--critic-sparsity", "0.9"))
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert (config["nstep"], config["dynamic_buffer"]) == (3, True)  # what rlx2 resolves to
+    assert summary["actor_sparsity"] == pytest.approx(0.9, abs=1e-4)
+    assert summary["critic_sparsity"] == pytest.approx(0.9, abs=1e-4)
+    # measured in the masks at the end of the run (floor(s_l·N_l) zeros keep at most one extra weight per layer)
+    for name in ("actor_sparsity", "critic_sparsity"):
+        assert last_metric(out, name) == pytest.approx([0.9, 0.9], abs=1e-4), name
+    assert min(summary["final_return_per_seed"]) >= -400, summary["final_return_per_seed"]

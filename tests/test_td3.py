@@ -17,7 +17,7 @@ from sparqrl.config import ConfigError
 from sparqrl.envs import host_spec, make_env
 from sparqrl.runners import sebulba
 
-from conftest import last_metric, train_as_users_do
+from conftest import RAY_SERIAL, last_metric, train_as_users_do
 
 # ---- math against NumPy ----------------------------------------------------------------------
 
@@ -299,28 +299,20 @@ def test_td3_learns_pendulum(tmp_path):
     assert max(last_metric(out, "buffer_size")) < 12_000  # the dynamic buffer dropped old data
 
 
-@pytest.mark.slow
-def test_td3_rlx2_90_learns_pendulum(pendulum):
-    """RLx2 TD3 at 90 % actor and critic sparsity: the dense test's budget and settings with sparse="rlx2"
-    (RigL topology, delayed 3-step target, dynamic buffer), Pendulum-v1, seed 0.
+HOST_STEPS = 8_000
+HOST_THRESHOLD = -400.0
 
-    12,000 env steps, 11,000 gradient steps; a topology update every 1,000 scheduler calls: 10 for the
-    critic (T_end 11,000), 5 for the actor (5,500 actor updates). Deterministic evaluation, 10 episodes.
-    Measured on the shared 2-core CPU: eval mean −162 for seed 0 (the dense test: −161); 93 s including
-    compilation, with another job using one of the cores. Threshold −400, as the dense test.
-    """
-    config = td3.Config(total_timesteps=12_000, learning_starts=1_000, buffer_min_size=5_000, buffer_check_interval=2_000,
-                        sparse="rlx2", actor_sparsity=0.9, critic_sparsity=0.9, topology_interval=1_000)
-    algo = td3.make_algorithm(config, pendulum)
-    t0 = time.time()
-    state, metrics = jax.jit(make_train_fn(algo))(jax.random.key(0))
-    returns = jax.jit(lambda p, k: evaluate(pendulum, algo.act, p, k, 10))(algo.policy(state), jax.random.key(1))
-    mean = float(np.asarray(returns).mean())
-    print(f"TD3 rlx2 90/90 Pendulum-v1 deterministic return: {mean:.1f} ({time.time() - t0:.0f} s)")
-    assert (config.validate(pendulum).nstep, config.validate(pendulum).dynamic_buffer) == (3, True)
-    assert algo.summary["actor_sparsity"] == pytest.approx(0.9, abs=1e-4)
-    assert algo.summary["critic_sparsity"] == pytest.approx(0.9, abs=1e-4)
-    # measured in the masks at the end of the run (floor(s_l·N_l) zeros keep at most one extra weight per layer)
-    assert float(metrics["actor_sparsity"][-1]) == pytest.approx(0.9, abs=1e-4)
-    assert float(metrics["critic_sparsity"][-1]) == pytest.approx(0.9, abs=1e-4)
-    assert mean >= -400
+
+@RAY_SERIAL
+@pytest.mark.slow
+def test_td3_learns_pendulum_on_the_host(tmp_path):
+    """The defaults as a user runs them on a host env: `sparqrl train td3 --env gym:Pendulum-v1 --actors 2 --seeds
+    2`, the actors on the back-end the command picks (Ray), HOST_STEPS env steps (800 random ones, RLx2's 25,000
+    capped at 10 % of the run, then one gradient step each): every seed's deterministic return (10 episodes) >=
+    HOST_THRESHOLD; random play scores about -1,200 (these runs -1,300 to -1,600 after 1,600 steps), a good policy
+    about -200. The actors race, so every run is a new draw: benchmarks/history.md, "RLx2 and host learning tests
+    through the command (issue 31 item 5)", lists the draws this threshold was chosen from."""
+    summary = train_as_users_do(tmp_path / "run", "td3", "gym:Pendulum-v1", steps=HOST_STEPS,
+                                options=("--actors", "2"))
+    assert summary["backend"] == "ray" and summary["actors"] == 2 and summary["steps"] == HOST_STEPS
+    assert min(summary["final_return_per_seed"]) >= HOST_THRESHOLD, summary["final_return_per_seed"]
