@@ -416,3 +416,41 @@ def test_jax_backend_for_float_precisions():
         y_jax = quant.make_forward(q, backend="jax")(obs)
         assert rel_err(y_jax, want) < BOUNDS[precision]
         np.testing.assert_allclose(y_jax, quant.make_forward(q)(obs), rtol=1e-5, atol=1e-6)  # same weights
+
+
+# --- recurrent policies: the flax network with every matmul in int8 (quant.recurrent) ------------
+
+
+@pytest.mark.parametrize("granularity", ["channel", "tensor"])
+def test_int8_matmul_is_onnx_runtimes_dynamic_quantize_matmul(granularity):
+    """The JAX int8 matmul the recurrent actors run computes what the feed-forward actors' ORT kernel does."""
+    stack = random_stack([OBS_DIM, 48], "relu", seed=11)
+    q = quant.quantize(stack, "int8", granularity)
+    leaf = quant.QuantizedLeaf(q.kernels[0], q.scales[0])
+    for batch in (1, 7, 64):
+        obs = np.random.default_rng(batch).normal(size=(batch, OBS_DIM)).astype(np.float32)
+        y = np.asarray(jax.jit(quant.int8_matmul)(jnp.asarray(obs), leaf)) + q.biases[0]
+        assert rel_err(y, quant.make_forward(q)(obs)) < 1e-6
+        assert rel_err(y, np_dynamic_quant_forward(q, obs)) < 1e-6
+
+
+@pytest.mark.parametrize("memory", ["lstm", "gru"])
+def test_int8_recurrent_network_stays_close_to_fp32_over_steps(memory):
+    """`int8_apply` of a recurrent actor-critic (its torso, cell, heads), the state carried for 8 steps, against
+    the fp32 network on the same (int8-rounded) weights: within the int8 Dense chains' bound, and not equal
+    (the int8 path ran). A wrong gate order or a missed matmul is far outside it."""
+    from sparqrl.nets.memory import RecurrentActorCritic
+
+    net = RecurrentActorCritic(action_dim=4, discrete=True, obs_shape=(OBS_DIM,), memory=memory, memory_size=32,
+                               hidden=(64,), activation="relu")
+    obs = np.random.default_rng(12).normal(size=(8, 16, OBS_DIM)).astype(np.float32)
+    qvariables = quant.quantize_tree(random_variables(net, obs[0], seed=13), "int8")
+    assert quant.is_int8(qvariables) and not quant.is_int8(quant.dequantize_tree(qvariables))
+    fp32 = jax.jit(lambda v, o, c: net.apply(v, o, c))
+    int8 = jax.jit(lambda v, o, c: quant.int8_apply(net, v, o, c))
+    carry32 = carry8 = None
+    for t in range(obs.shape[0]):
+        raw32, value32, carry32 = fp32(quant.dequantize_tree(qvariables), obs[t], carry32)
+        raw8, value8, carry8 = int8(qvariables, obs[t], carry8)
+        for got, want in [(raw8, raw32), (value8, value32), *zip(jax.tree.leaves(carry8), jax.tree.leaves(carry32))]:
+            assert got.dtype == jnp.float32 and 0 < rel_err(np.asarray(got), np.asarray(want)) < BOUNDS["int8"]

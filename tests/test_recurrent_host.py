@@ -1,12 +1,14 @@
 """Recurrent policies on the actor-learner runner (issue 36 item 4): a host actor carries each env's state across
 steps and fragments, resets it where an episode ends and sends each step's, so the learner's re-run of a fragment
-from its first state gives the actor's own behaviour log-probabilities; fp16 actors act on the weight-only copy;
-central inference carries the state through its requests; the one-line refusals; learning a host task that needs
+from its first state gives the actor's own behaviour log-probabilities; fp16 actors act on the weight-only copy,
+int8 actors with every matmul in int8; central inference carries the state through its requests; the one-line
+refusals; learning a host task that needs
 memory (tests/own_envs.py's RememberBit)."""
 
 from __future__ import annotations
 
 import csv
+import functools
 import json
 
 import jax
@@ -15,7 +17,7 @@ import numpy as np
 import pytest
 
 import own_envs  # noqa: F401  (registers RememberBit-v0)
-from sparqrl import cli
+from sparqrl import cli, quant
 from sparqrl.algos import ppo
 from sparqrl.algos.impala import train as impala_train
 from sparqrl.algos.ppo import train as ppo_train
@@ -23,8 +25,6 @@ from sparqrl.algos.recurrent import fragment_outputs
 from sparqrl.config import ConfigError
 from sparqrl.envs import host_spec
 from sparqrl.runners.actors import Actor, ActorSpec, InlinePool, quantized_copy
-from sparqrl.runners.run_config import RunConfig
-from sparqrl.runners.sebulba import Prepared
 from test_recurrent import step_by_step
 
 ENV = "gym:RememberBit-v0"  # 4-step episodes: the bit is shown at the first step and asked at the last
@@ -114,12 +114,34 @@ def test_central_inference_acts_as_the_actors_own_copy():
     assert np.abs(np.asarray(fragments["central"][-1].memory)).sum() > 0
 
 
-def test_int8_actors_refuse_in_one_line():
-    config = ppo.Config(num_envs=2, num_steps=4, total_timesteps=64, hidden=(8,), memory="lstm", memory_size=4,
-                        num_minibatches=2)
-    with pytest.raises(ConfigError, match="actor_precision='int8'.*recurrent cell") as error:
-        Prepared("ppo", config, RunConfig(env=ENV, actor_precision="int8"))
-    assert "\n" not in str(error.value)
+class Int8:
+    """`network` with every matmul in int8 (`quant.int8_apply`), for `step_by_step`."""
+
+    def __init__(self, network):
+        self.apply = functools.partial(quant.int8_apply, network)
+
+
+def test_int8_actor_acts_with_the_int8_network_and_carries_its_state():
+    """An int8 actor's states and behaviour log-probabilities are those of the int8 network (every matmul, the
+    LSTM's included, in int8) unrolled step by step from the weights it was sent, across fragments and resets."""
+    config = ppo.Config(num_envs=4, num_steps=6, total_timesteps=4 * 6 * 4, hidden=(8,), memory="lstm",
+                        memory_size=5, num_minibatches=2)
+    frags, policy, network = host_fragments("ppo", config, "int8")
+    for i in range(2):
+        sent = quant.quantize_tree(jax.tree.map(lambda x: x[i], policy.params), "int8", "channel")
+        steps = jax.tree.map(lambda *xs: jnp.concatenate(xs), *[seed_of(f, i) for f in frags])
+        done = np.asarray(steps.terminated | steps.truncated)
+        assert done[config.num_steps:-1].any(), "a later fragment must hold an episode start to test the reset"
+        zeros = jax.tree.map(jnp.zeros_like, jax.tree.map(lambda c: c[0], steps.memory))
+        carries, raw, _, _ = step_by_step(Int8(network), sent, steps.obs, jnp.asarray(done), zeros)
+        for stored, expected in zip(jax.tree.leaves(steps.memory), jax.tree.leaves(carries)):
+            np.testing.assert_allclose(stored, expected, atol=1e-5)
+        logp = jnp.take_along_axis(jax.nn.log_softmax(raw), jnp.asarray(steps.action)[..., None], -1)[..., 0]
+        np.testing.assert_allclose(logp, steps.extra, atol=1e-5)
+        # and not the fp32 network's: the int8 path ran
+        _, raw32, _, _ = step_by_step(network, jax.tree.map(lambda x: x[i], policy.params), steps.obs,
+                                      jnp.asarray(done), zeros)
+        assert not np.allclose(raw, raw32, atol=1e-6)
 
 
 def test_a3c_refuses_memory_in_one_line():

@@ -37,6 +37,10 @@ API::
     quantize_tree(params, precision, granularity) / dequantize_tree(tree)   # any parameter tree
     int8_kernel() -> 'u8s8' | 'u8u8'   # the int8 weight encoding this CPU computes exactly with
 
+    # recurrent policies (not Dense chains): the flax network itself, every matmul in int8 (`recurrent`)
+    int8_apply(module, quantize_tree(variables, "int8"), *args) -> module.apply's result
+    int8_matmul(x, QuantizedLeaf) -> x @ W as DynamicQuantizeMatMul computes it; is_int8(tree) -> bool
+
 Networks (each a chain ``obs -> Dense -> σ -> ... -> Dense``; obs flattened to [B, d])::
 
     DQN   QNetwork (MLP torso)       stack_paths(net, variables, obs)
@@ -53,6 +57,7 @@ ActorQ's fp16); fp32 runs ORT's fp32 Gemm, which beat the jitted JAX forward on 
 """
 
 from sparqrl.quant.forward import Forward, int8_kernel, make_forward
+from sparqrl.quant.recurrent import int8_apply, int8_matmul, is_int8
 from sparqrl.quant.stack import (
     DenseStack,
     QuantizedStack,
@@ -93,7 +98,10 @@ __all__ = [
     "dequantize",
     "dequantize_tensor",
     "dequantize_tree",
+    "int8_apply",
     "int8_kernel",
+    "int8_matmul",
+    "is_int8",
     "make_forward",
     "nbytes",
     "quantize",

@@ -87,6 +87,8 @@ class ActorSpec(NamedTuple):
     inference: str = "actor"  # "actor": each actor runs its copy; "central": `sparqrl.runners.inference`
     deadline_ms: float = 2.0  # central inference: the longest a batch waits for the other actors' requests
     env_backend: str = "gymnasium"  # what steps the host envs (`envpool_env.make_vec_env`)
+    precision: str = "fp32"  # --actor-precision and --quant-granularity: how an actor that makes its own acting
+    granularity: str = "channel"  # copy from the fp32 params quantizes it (`gradients.GradientActor`)
 
 
 
@@ -99,7 +101,7 @@ class Actor:
         import_modules(spec.imports)  # (a no-op in the driver's process, where they are imported)
         al = make_actor_learner(spec.algo, spec.config, spec.env)
         acting, n = al.acting, al.num_envs
-        self.spec, self.actor_id, self.incarnation = spec, actor_id, incarnation
+        self.spec, self.actor_id, self.incarnation, self.acting = spec, actor_id, incarnation, acting
         self.shape = (spec.seeds, n)
         self.envs = make_vec_env(spec.env, spec.seeds * n, backend=spec.env_backend)
         # Reseeded by place, incarnation and resume count: a replacement never replays its predecessor.
@@ -142,8 +144,9 @@ class Actor:
         self.memory = None  # a recurrent policy's state of every env [seeds, n, ...] (numpy), before the next step
         if acting.memory is not None:
             self.memory = jax.device_get(acting.memory.init(self.shape))
-            self._act_recurrent = jax.jit(recurrent_step(acting, explore))
-            self.variables = None  # the copy's network variables, fp32 [seeds, ...]
+            # by whether the copy is int8 (`quant.int8_apply`); jitted when first used
+            self._act_recurrent = {int8: jax.jit(recurrent_step(acting, explore, int8)) for int8 in (False, True)}
+            self.variables, self.int8 = None, False  # the copy's network variables [seeds, ...]: fp32, or int8
 
     def _split(self, x: np.ndarray) -> np.ndarray:
         return x.reshape(self.shape + x.shape[1:])
@@ -189,9 +192,11 @@ class Actor:
         start = time.perf_counter()
         if copy.version > self.version:
             if self.central is None and copy.network is not None:  # a recurrent policy: its variables, in fp32
+                self.int8 = quant.is_int8(copy.network)  # or int8 as sent (`quant.int8_apply`)
+                widened = [quant.dequantize_tree(v) for v in copy.network]
                 self.variables = jax.device_put(jax.tree.map(lambda *xs: np.stack(xs),
-                                                             *[quant.dequantize_tree(v) for v in copy.network]))
-                self.raw_width = output_width(self.variables)
+                                                             *(copy.network if self.int8 else widened)))
+                self.raw_width = output_width(widened[0])
             elif self.central is None:
                 self.forwards = tuple(quant.make_forward(stack) for stack in copy.stacks)
                 self.raw_width = copy.stacks[0].kernels[-1].shape[1]
@@ -204,7 +209,7 @@ class Actor:
             if self.memory is not None:  # the state before acting on self.obs, as the learner re-runs it
                 memories.append(self.memory)
             if self.central is None and self.memory is not None:
-                packed, self.key, memory = self._act_recurrent(self.variables, self.aux, self.obs, self.memory,
+                packed, self.key, memory = self._act_recurrent[self.int8](self.variables, self.aux, self.obs, self.memory,
                                                                self.key, self.env_steps)
                 env_action, action, extra = self._unpack(np.asarray(packed))
             elif self.central is None:
@@ -255,13 +260,15 @@ class Actor:
         self.envs.close()
 
 
-def recurrent_step(acting: Any, explore: Any) -> Any:
+def recurrent_step(acting: Any, explore: Any, int8: bool = False) -> Any:
     """An actor's step of a recurrent policy (`Acting.memory`) for all its seeds: (variables [seeds, ...], aux
     [seeds, ...], raw obs [seeds, n, *obs], state [seeds, n, ...], keys [seeds, 2], env_steps) -> (what
-    `explore` packs, next keys, the state after the step). One program: the cell and the exploration."""
+    `explore` packs, next keys, the state after the step). One program: the cell and the exploration. `int8`:
+    the variables are int8 (`quant.quantize_tree`) and every matmul runs in int8 (`quant.int8_apply`)."""
+    apply = functools.partial(quant.int8_apply, acting.network) if int8 else acting.network.apply
 
     def one_seed(variables: Any, aux: Any, obs: jax.Array, memory: Any) -> tuple[jax.Array, Any]:
-        raw, _, memory = acting.network.apply(variables, observe(acting, aux, obs), memory)
+        raw, _, memory = apply(variables, observe(acting, aux, obs), memory)
         return raw, memory
 
     def step(variables: Any, aux: Any, obs: jax.Array, memory: Any, key: jax.Array, env_steps: jax.Array) -> tuple:
@@ -720,7 +727,7 @@ def make_pool(backend: str, spec: ActorSpec, reseed: int = 0, actor_class: type 
 def quantized_copy(version: int, policy: Any, acting: Any, paths: Any, precision: str, granularity: str,
                    env_steps: int) -> PolicyCopy:
     """Quantize each seed's policy network (numpy policy params [seeds, ...]) into a `PolicyCopy`; the
-    acting's aux (fp32) goes with it. A recurrent policy (`Acting.memory`) goes as its variables, weight-only
+    acting's aux (fp32) goes with it. A recurrent policy (`Acting.memory`) goes as its variables
     (`recurrent_network`)."""
     seeds = jax.tree.leaves(policy)[0].shape[0]
     fp32 = lambda tree: jax.tree.map(lambda x: np.asarray(x, np.float32), jax.device_get(tree))  # noqa: E731
@@ -742,11 +749,10 @@ def quantized_copy(version: int, policy: Any, acting: Any, paths: Any, precision
 
 
 def recurrent_network(acting: Any, policy: Any, precision: str, granularity: str) -> tuple[Any, ...]:
-    """Each seed's recurrent network variables (numpy policy params [seeds, ...]) in `precision`, weight-only
-    (`quant.quantize_tree`: fp16 / bf16 weights cast, fp32 as they are): the actor widens them to fp32 once per
-    version and runs the cell in fp32, as the quant stack's fp16 / bf16 Dense chains do. int8 is refused before
-    (`runners.sebulba.Prepared`): quantized actors' int8 is ONNX Runtime's integer matmul on Dense chains, which a
-    cell's gates are not."""
+    """Each seed's recurrent network variables (numpy policy params [seeds, ...]) in `precision`
+    (`quant.quantize_tree`): fp16 / bf16 weights cast, which the actor widens to fp32 once per version and runs in
+    fp32 (weight-only, as the quant stack's fp16 / bf16 Dense chains); int8 weights (kernels; biases float32),
+    which the actor multiplies in int8 (`quant.int8_apply`, the int8 Dense chains' arithmetic)."""
     seeds = jax.tree.leaves(policy)[0].shape[0]
     return tuple(quant.quantize_tree(acting.network_params(jax.tree.map(lambda x: x[i], policy)), precision,
                                      granularity) for i in range(seeds))

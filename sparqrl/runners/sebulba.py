@@ -53,8 +53,8 @@ from sparqrl.runners.learner import Learner, LearnerClient, RemoteLearnerBase, p
 from sparqrl.runners.rundir import RunDir, start_run_dir
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.signals import StopRequests
-from sparqrl.runners.session import (ChunkHook, check_memory, chunk_bounds, eval_summary, notify, run_session,
-                                     saved_state, use_compile_cache)
+from sparqrl.runners.session import (ChunkHook, Deferred, check_memory, chunk_bounds, concrete, eval_summary, notify,
+                                     run_session, saved_state, use_compile_cache)
 
 
 class Prepared:
@@ -77,7 +77,6 @@ class Prepared:
         cfg.require(run.inference == "actor" or self.al.acting.priority is None, "inference", run.inference,
                     f"is not available for {algo_name}: its actors compute Ape-X priorities with their own policy "
                     "copy, and with central inference they hold none (use inference=actor)")
-        check_recurrent(self.al, run)
         self.fragments = self.al.steps_per_env // self.T
         cfg.require(self.fragments >= 1, "fragment_steps", self.T,
                     f"must be <= the run's env steps per environment ({self.al.steps_per_env})")
@@ -106,16 +105,6 @@ def resolve_fragment_steps(algo_name: str, al: ActorLearner, run: RunConfig) -> 
                     "per environment: leave fragment_steps unset and set num_steps")
         return al.fragment_steps
     return DEFAULT_FRAGMENT_STEPS if run.fragment_steps is None else run.fragment_steps
-
-
-def check_recurrent(al: ActorLearner, run: RunConfig) -> None:
-    """What a recurrent policy's actors (`Acting.memory`) cannot do, in one line: int8 (quantized actors' int8 is
-    ONNX Runtime's integer matmul on Dense chains; a cell's gates are not one)."""
-    memory = al.acting.memory
-    cfg.require(memory is None or run.actor_precision != "int8", "actor_precision", run.actor_precision,
-                f"must be fp32, fp16 or bf16 with memory={getattr(memory, 'kind', None)}: int8 actors run ONNX "
-                "Runtime's integer matmul on Dense chains, and a recurrent cell's gates are not one (fp16 and bf16 "
-                "are weight-only, as for every network)")
 
 
 def check_extras(run: RunConfig) -> None:
@@ -224,11 +213,12 @@ class SebulbaDriver:
         self.counts = {"versions": 0, "lag_sum": 0.0, "fragments": 0, "order_violations": 0, "nbytes": 0, "dropped": 0}
         self.max_lag = run.resolved_max_lag if p.al.on_policy else None
         self.spec = ActorSpec(algo_name, p.config, run.env, run.seeds, run.actors, self.T, run.seed, run.imports,
-                              run.inference, run.inference_deadline_ms, run.env_backend)
+                              run.inference, run.inference_deadline_ms, run.env_backend, run.actor_precision,
+                              run.quant_granularity)
         self.learn_fragment = _learn_fragment(p.al)
         self.pool = None
         self.learner: Learner | LearnerClient | None = None  # `build` makes it
-        self.state: Any = None  # the learner's state as of the last chunk (or the start)
+        self.state: Any = None  # the learner's state as of the last chunk (`LearnerState`) or the start
         self.started = self.learning = False  # `start` ran; a fragment was learned (after set-up and compilation)
         self.updates_done = 0
         self.last_seen: dict[tuple[int, int], tuple[int, int]] = {}  # place -> (sequence, version) of its latest
@@ -346,8 +336,14 @@ class SebulbaDriver:
         per_seed = self.learner.take_means(n)
         per_seed["episode_return"] = np.where(ep_count > 0, ep_sum / np.maximum(ep_count, 1), np.nan)
         per_seed["policy_lag"] = np.full(seeds, counts["lag_sum"] / max(counts["fragments"], 1))
-        self.state = self.learner.current()  # a remote learner's: fetched, for checkpoints and evaluation
+        self.state = LearnerState(self, self.updates_done)  # (a remote learner's: fetched only where used)
         return self.state, per_seed
+
+    def learner_at(self, updates: int) -> Learner | LearnerClient:
+        """The learner, whose state is still the one after `updates` updates (a chunk's end, or where a run stopped):
+        the session uses a chunk's state before the learner goes on, or not at all."""
+        assert updates == self.updates_done, f"the state after update {updates} asked after {self.updates_done}"
+        return self.learner
 
     def _log_node(self, frag: Fragment) -> None:
         """One line per actor process of a cluster run, at its first fragment: the node it runs on."""
@@ -358,18 +354,22 @@ class SebulbaDriver:
             notify(f"actor {frag.actor_id} (incarnation {frag.incarnation}) runs on node {node}")
 
     def evaluate(self, state: Any) -> np.ndarray:
-        return _evaluate_seeds(self.al, self.run.env, self.p.policy_fn(state), self.run.eval_episodes,
-                               self.run.seed + 100)
+        if isinstance(state, LearnerState) and not state.fetched:  # only its policy params asked of the learner
+            policy = self.learner_at(state.updates).policy_params()
+        else:
+            policy = self.p.policy_fn(concrete(state))
+        return _evaluate_seeds(self.al, self.run.env, policy, self.run.eval_episodes, self.run.seed + 100)
 
     def interrupted_state(self) -> tuple[int, Any] | None:
-        return (self.updates_done, self.learner.current()) if self.started else None
+        return (self.updates_done, LearnerState(self, self.updates_done)) if self.started else None
 
     def finish(self, rundir: Any, final: np.ndarray) -> dict[str, Any]:
         return {}
 
     def summary(self) -> dict[str, Any]:
         steps, seeds, timers, counts = self.bounds[-1] * self.env_steps_per_update, self.run.seeds, self.timers, self.counts
-        gradient_steps = int(np.asarray(self.state.gradient_steps)[0])  # this session's and earlier ones
+        gradient_steps = int(np.asarray(concrete(self.state).gradient_steps)[0])  # this session's and earlier ones
+        # (the last chunk's state: fetched already to checkpoint it)
         pool = self.pool
         stats = pool.server_stats() if isinstance(pool, RayPool) else None  # actors' requests per batch
         server = {} if stats is None else {"inference_batch_mean": stats["mean_batch"]}
@@ -409,6 +409,14 @@ class SebulbaDriver:
             self.pool.close()
         if self.learner is not None:
             self.learner.close()
+
+
+class LearnerState(Deferred):
+    """The learner's state after `updates` updates, fetched from it (`SebulbaDriver.learner_at`) only where used."""
+
+    def __init__(self, driver: SebulbaDriver, updates: int):
+        super().__init__(lambda: driver.learner_at(updates).current())
+        self.updates = updates
 
 
 class RemoteLearner(RemoteLearnerBase):
