@@ -22,6 +22,7 @@ from sparqrl.envs import host_spec, make_env
 from sparqrl.runners import RunConfig, sebulba
 from sparqrl.runners.actors import Fragment
 from sparqrl.runners.gradients import GradientDriver, Gradients, make_gradient_learner
+from sparqrl.runners.session import concrete
 
 T, N = 5, 4
 
@@ -114,6 +115,7 @@ def test_a_stale_gradient_is_dropped_and_counted_a_fresh_one_applied(tmp_path):
     driver._copy_ref = driver._publish()
     driver.bounds = [6]
     after, per_seed = driver.run_chunk(0)
+    after = concrete(after)  # (the learner's state, fetched where used)
     assert driver.pool.messages == [] and driver.pool.submitted == [0, 0]  # each freed slot refilled
     assert per_seed["stale_gradients_dropped"].tolist() == [1.0] and driver.updates_done == 6
     assert int(np.asarray(after.gradient_steps)[0]) == 1

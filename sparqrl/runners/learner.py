@@ -3,7 +3,8 @@
 One class, `Learner`, used two ways by `sebulba.SebulbaDriver`: directly, in the process that runs `sparqrl train`
 (the default), or inside a Ray actor placed on a cluster node with the resources `--learner-resources` names
 (`RemoteLearner`: the same object, behind a Ray handle). The driver keeps the run: the folder, metrics, evaluation,
-checkpoints (it fetches the learner's state at each chunk's end), the actors' requests and their bookkeeping.
+checkpoints (it fetches the learner's whole state only to save it, and the policy params to evaluate), the actors'
+requests and their bookkeeping.
 With a remote learner, fragments go from the actors to it by object reference (the driver passes the reference,
 not the data) and it puts each policy copy into Ray's object store itself.
 """
@@ -70,7 +71,7 @@ class Learner:
 
     def policy_copy(self, version: int) -> PolicyCopy:
         """The policy as the actors take it: quantized (`--actor-precision`), or fp32 params for a central server."""
-        policy = jax.device_get(self.policy_fn(self.state))
+        policy = jax.device_get(self.policy_params())
         env_steps = int(np.asarray(self.state.env_steps)[0])
         if self.run.inference == "central":  # the server's fp32 weights (`inference.CentralPolicy`)
             return PolicyCopy(version, (), env_steps, sum(x.nbytes for x in jax.tree.leaves(policy)), params=policy)
@@ -88,6 +89,10 @@ class Learner:
     def current(self) -> Any:
         """The state as it is now (this process's arrays: the next `learn` donates them)."""
         return self.state
+
+    def policy_params(self) -> Any:
+        """The fp32 policy params [seeds, ...] as they are now: what evaluation needs of the state."""
+        return self.policy_fn(self.state)
 
     def close(self) -> None:
         """Nothing to end: the learner lives in this process."""
@@ -108,6 +113,9 @@ class RemoteLearnerBase(Learner):
 
     def current(self) -> Any:
         return jax.device_get(self.state)
+
+    def policy_params(self) -> Any:
+        return jax.device_get(super().policy_params())
 
     def publish_ref(self, version: int) -> tuple[list[Any], int]:
         """The copy put in this node's object store: a reference (in a list, so Ray hands it on unresolved)."""
@@ -151,6 +159,9 @@ class LearnerClient:
 
     def current(self) -> Any:
         return self._get(self.handle.current.remote())
+
+    def policy_params(self) -> Any:
+        return self._get(self.handle.policy_params.remote())
 
     def check(self) -> None:
         """Returns if the learner is alive; else the one-line `RunFailed` of `_get`."""

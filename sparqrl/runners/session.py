@@ -73,10 +73,35 @@ class Driver(Protocol):
     def init_state(self) -> Any: ...
     def start(self, state: Any, updates_done: int, stop: StopRequests) -> None: ...
     def run_chunk(self, chunk: int) -> tuple[Any, dict[str, np.ndarray]]: ...  # -> (state, per-seed metrics)
+    # ^ the state may be `Deferred` (so may interrupted_state's): the session fetches it only to save it
     def interrupted_state(self) -> tuple[int, Any] | None: ...  # (updates, state) saved inside a chunk
     def meta(self) -> dict[str, Any]: ...  # runner-specific counters a checkpoint carries
     def restore_meta(self, meta: dict[str, Any]) -> None: ...
     def close(self) -> None: ...
+
+
+class Deferred:
+    """A driver's state fetched only where it is used, then kept: by the session to checkpoint it (`concrete`), by
+    the driver where it evaluates or sums up. A remote learner's (`sebulba`), which lives in another process:
+    fetching its whole state (replay buffer included) at every chunk's end would move it for nothing."""
+
+    def __init__(self, fetch: Callable[[], Any]):
+        self._fetch: Callable[[], Any] | None = fetch
+        self._state: Any = None
+
+    @property
+    def fetched(self) -> bool:
+        return self._fetch is None
+
+    def get(self) -> Any:
+        if self._fetch is not None:
+            self._state, self._fetch = self._fetch(), None
+        return self._state
+
+
+def concrete(state: Any) -> Any:
+    """`state` itself, or the state a `Deferred` one fetches."""
+    return state.get() if isinstance(state, Deferred) else state
 
 
 class WholeChunks:
@@ -338,7 +363,7 @@ class _Session:
         assert self.checkpointer is not None
         with self.times.part("checkpoints"):
             self._wait_saved()
-            self.checkpointer.save(updates_done, state, self.meta(chunks_done, updates_done))
+            self.checkpointer.save(updates_done, concrete(state), self.meta(chunks_done, updates_done))
         self.saving = updates_done
         self.last_save = time.perf_counter()
 
