@@ -20,8 +20,8 @@ from sparqrl.algos.base import Step
 from sparqrl.config import ConfigError
 from sparqrl.envs import host_spec, make_env
 from sparqrl.runners import RunConfig, sebulba
-from sparqrl.runners.actors import Fragment
-from sparqrl.runners.gradients import GradientDriver, Gradients, make_gradient_learner
+from sparqrl.runners.actors import Fragment, quantized_copy
+from sparqrl.runners.gradients import GradientActor, GradientDriver, Gradients, make_gradient_learner
 from sparqrl.runners.session import concrete
 
 T, N = 5, 4
@@ -123,6 +123,31 @@ def test_a_stale_gradient_is_dropped_and_counted_a_fresh_one_applied(tmp_path):
                  after.params, expected.params)
     assert any(bool(np.any(a != b)) for a, b in zip(jax.tree.leaves(after.params), jax.tree.leaves(before.params)))
     assert per_seed["policy_loss"][0] == pytest.approx(float(fresh[1]["policy_loss"][0]))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_a_version_carries_the_fp32_params_once_and_actors_act_with_the_learner_s_quantization(tmp_path, precision):
+    """Each published version is the fp32 params alone (not also a quantized copy of them, fp32 by default); a
+    gradient actor makes from them the same acting copy the learner makes for other actors."""
+    run = RunConfig(env="gym:CartPole-v1", out=str(tmp_path / "run"), seeds=2, actor_precision=precision,
+                    progress=False, energy=False)
+    p = sebulba.Prepared("a3c", a3c.Config(num_envs=N, num_steps=T, total_timesteps=4_000), run)
+    driver = GradientDriver(p, "a3c", run)
+    driver.build()
+    state = driver.init_state()
+    driver.learner.start(state)
+    copy = driver.learner.policy_copy(3)
+    policy = jax.device_get(p.policy_fn(state))
+    assert copy.stacks == () and copy.features is None and copy.aux is None
+    assert copy.nbytes == sum(x.nbytes for x in jax.tree.leaves(policy)) == sum(
+        x.nbytes for x in jax.tree.leaves(copy.params))
+    made = GradientActor(driver.spec, 0, 0)._acting_copy(copy)
+    expected = quantized_copy(3, policy, p.al.acting, p.paths, precision, run.quant_granularity, copy.env_steps)
+    assert made._replace(stacks=()) == expected._replace(stacks=())
+    for got, want in zip(made.stacks, expected.stacks, strict=True):
+        assert (got.precision, got.activation) == (want.precision, want.activation) == (precision, want.activation)
+        for a, b in zip(jax.tree.leaves(got[2:]), jax.tree.leaves(want[2:]), strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_on_device_a3c_is_refused_naming_a2c(tmp_path, capsys):

@@ -2,10 +2,11 @@
 2016, arXiv 1602.01783): the algorithm module has `make_gradient_learner(config, spec) -> GradientLearner`
 (`gradient(policy_params, steps) -> (grads, metrics)`, `apply(learner, grads) -> learner`).
 
-    actors   (`GradientActor`) each keep their own fp32 copy of the whole network (published with every version,
-             `PolicyCopy.params`), step their environments as every actor does (`Actor.collect`, acting with the
-             copy in `--actor-precision`), compute the gradient on that fragment with that copy, and send the
-             gradient and its loss terms tagged with the version, instead of the fragment;
+    actors   (`GradientActor`) each keep their own fp32 copy of the whole network (published alone with every
+             version, `PolicyCopy.params`), make their acting copy from it in `--actor-precision` (as the learner
+             makes other actors'), step their environments as every actor does (`Actor.collect`), compute the
+             gradient on that fragment with the fp32 copy, and send the gradient and its loss terms tagged with
+             the version, instead of the fragment;
     learner  (`GradientDriver`) applies each gradient as it arrives, without waiting for the other actors, and
              publishes the new parameters; a gradient computed on parameters more than `--max-lag` versions
              old is dropped and counted (`stale_gradients_dropped`), never applied.
@@ -26,7 +27,7 @@ from sparqrl.algos import get_algorithm
 from sparqrl.config import require
 from sparqrl.envs import host_spec
 from sparqrl.runners import sebulba
-from sparqrl.runners.actors import Actor, Fragment, PolicyCopy
+from sparqrl.runners.actors import Actor, Fragment, PolicyCopy, network_paths, quantized_copy
 from sparqrl.runners.run_config import RunConfig
 from sparqrl.runners.session import ChunkHook
 
@@ -58,15 +59,26 @@ class GradientActor(Actor):
         super().__init__(spec, actor_id, incarnation, reseed, central)
         self._gradient = jax.jit(jax.vmap(make_gradient_learner(spec).gradient))  # over seeds
         self.params = None
+        self._paths = None  # the policy network's Dense layers (`actors.network_paths`), found at the first copy
 
     def collect(self, copy: PolicyCopy) -> Fragment:
         if copy.version > self.version:  # (the version `Actor.collect` then acts with)
             self.params = copy.params
+            copy = self._acting_copy(copy)
         fragment = super().collect(copy)
         start = time.perf_counter()
         steps = jax.tree.map(lambda x: np.swapaxes(x, 0, 1), fragment.steps)  # [seeds, T, N, ...]
         grads, metrics = jax.device_get(self._gradient(self.params, steps))
         return fragment._replace(steps=Gradients(grads, metrics), busy_s=fragment.busy_s + time.perf_counter() - start)
+
+    def _acting_copy(self, copy: PolicyCopy) -> PolicyCopy:
+        """The copy to act with, made from the fp32 params `copy` carries alone, as the learner makes it for other
+        actors (`actors.quantized_copy` in the run's precision and granularity)."""
+        spec = self.spec
+        if self._paths is None:
+            self._paths = network_paths(self.acting, copy.params, host_spec(spec.env).observation_shape)
+        return quantized_copy(copy.version, copy.params, self.acting, self._paths, spec.precision, spec.granularity,
+                              copy.env_steps)
 
 
 def apply_gradients(gradient_learner: Any) -> Any:

@@ -70,16 +70,15 @@ class Learner:
         return {k: np.asarray(v) / max(n, 1) for k, v in jax.device_get(sums).items()} if sums is not None else {}
 
     def policy_copy(self, version: int) -> PolicyCopy:
-        """The policy as the actors take it: quantized (`--actor-precision`), or fp32 params for a central server."""
+        """The policy as the actors take it: quantized (`--actor-precision`), or the fp32 params alone: a central
+        server's (`inference.CentralPolicy`), or those of actors that make their acting copy from them
+        (`publishes_params`: `gradients.GradientActor`; they would otherwise come twice, in the fp32 copy too)."""
         policy = jax.device_get(self.policy_params())
         env_steps = int(np.asarray(self.state.env_steps)[0])
-        if self.run.inference == "central":  # the server's fp32 weights (`inference.CentralPolicy`)
+        if self.run.inference == "central" or self.publishes_params:
             return PolicyCopy(version, (), env_steps, sum(x.nbytes for x in jax.tree.leaves(policy)), params=policy)
-        copy = quantized_copy(version, policy, self.al.acting, self.paths, self.run.actor_precision,
+        return quantized_copy(version, policy, self.al.acting, self.paths, self.run.actor_precision,
                               self.run.quant_granularity, env_steps)
-        if self.publishes_params:
-            copy = copy._replace(params=policy, nbytes=copy.nbytes + sum(x.nbytes for x in jax.tree.leaves(policy)))
-        return copy
 
     def publish(self, pool: Any, version: int) -> tuple[Any, int]:
         """(what the actors' requests pass for this version, its bytes)."""
