@@ -9,7 +9,7 @@
 # With the device tool: `echo /.whl/ >> .git/info/exclude` once, the download here, then a run that carries
 # `.whl` and calls this script (about 6 minutes for one round: 1, 1024 and 4096 seeds, both sides).
 # .whl/sparqrl: what sparqrl's core needs beyond the machine's image (its jax, numpy, matplotlib, tensorstore,
-# rich, torch... stay): sparqrl's pins of flax, optax, chex, orbax-checkpoint, gymnax, gymnasium, tensorboardX,
+# rich, torch... stay): sparqrl's pins of flax, optax, chex, orbax-checkpoint, gymnax, gymnasium, tensorboard,
 # tyro and their small dependencies. .whl/rejax: rejax 0.1.3 with gymnax 0.0.9 (the 5-tuple step it unpacks),
 # distrax and TensorFlow Probability, installed apart and put first on the rejax side's path. Each side runs
 # in its own fresh processes with an empty cache folder, as on the CPU (whole_command.py's docstring). The
@@ -21,7 +21,7 @@ WHEELS="$ROOT/.whl"
 
 SPARQRL_WHEELS=(
     "flax==0.12.8" "optax==0.2.8" "chex==0.1.92" "orbax-checkpoint==0.12.8" "gymnax==1.0.1" "gymnasium==1.3.0"
-    "tensorboardX==2.6.5" "tyro==1.0.17" "six==1.17.0" "farama-notifications==0.0.4" "docstring-parser==0.17.0"
+    "tensorboard==2.21.0" "tyro==1.0.17" "six==1.17.0" "farama-notifications==0.0.4" "docstring-parser==0.17.0"
     "shtab==1.7.2" "typeguard==4.4.4" "nest-asyncio==1.6.0" "lazy-loader==0.6"
 )
 REJAX_WHEELS=(

@@ -4,7 +4,7 @@ followed (DESIGN.md: "a run folder is data, never code").
 A run folder may come from anyone (a colleague's checkpoint, a paper's artefact), so a link in it could
 point a run's writes, or orbax's clean-up of old checkpoints, at any file the user can change. What
 sparqrl writes itself is opened with O_NOFOLLOW (a link there fails instead of being followed); what a
-library writes (orbax, tensorboardX, codecarbon) is checked with `check_no_links` just before the library
+library writes (orbax, codecarbon) is checked with `check_no_links` just before the library
 gets the path. This module imports nothing heavy: telemetry, runners and meta all use it.
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import numpy as np
@@ -111,24 +112,27 @@ def test_the_evaluation_program_compiles_beside_the_first_chunks(tmp_path, monke
     assert built_on == ["sparqrl-eval-compile"] and summary["final_return_mean"] > 0
 
 
-def test_tensorboard_events_are_not_flushed_at_every_chunk(tmp_path, monkeypatch):
-    """A flush is an fsync: tensorboardX's own thread writes the events (`TB_FLUSH_S`), and `close` the rest;
-    every point is in the file after `close`."""
+def test_tensorboard_events_reach_the_file_at_each_chunk_and_are_synced_once(tmp_path, monkeypatch):
+    """Each chunk's event is handed to the OS at once (a reader sees it before `close`); the file is synced to
+    disk once, at `close`, not at every chunk (an fsync per chunk: 0.3 s of 50 chunks on the loaded CPU)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from sparqrl.telemetry.logger import TensorBoardWriter, summary_writer_class
+    from sparqrl.telemetry.logger import TensorBoardWriter
 
-    flushes = []
-    writer_class = summary_writer_class()
-    monkeypatch.setattr(writer_class, "flush", lambda self, *a, _f=writer_class.flush: (flushes.append(1), _f(self))[1])
+    def points() -> list[float]:
+        events = EventAccumulator(str(tmp_path / "tb"))
+        events.Reload()
+        return [e.value for e in events.Scalars("train/loss")]
+
+    syncs, fsync = [], os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (syncs.append(fd), fsync(fd))[1])
     writer = TensorBoardWriter(tmp_path / "tb")
     for step in range(5):
         writer.scalars(step, {"train/loss": float(step)})
-    assert flushes == []
+        assert points() == [float(s) for s in range(step + 1)]
+    assert syncs == []
     writer.close()
-    events = EventAccumulator(str(tmp_path / "tb"))
-    events.Reload()
-    assert [e.value for e in events.Scalars("train/loss")] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert len(syncs) == 1 and points() == [0.0, 1.0, 2.0, 3.0, 4.0]
 
 
 def test_an_evaluation_stops_when_its_longest_episode_ends_with_the_same_returns():

@@ -1,8 +1,9 @@
 """Start-up imports only what it needs (issue 33, items 3 and 4): `sparqrl --help`, `sparqrl train ppo --help` and
 a train command's set-up before compilation import none of the heavy libraries below, and nothing imports
 distrax or TensorFlow Probability at all. Each check runs in a fresh interpreter (this one has imported
-whatever other tests needed), with a stand-in `torch` package first on the path: it notes an import that reaches
-it, then fails as a missing torch would (torch itself is not installed here; on a user's machine it often is)."""
+whatever other tests needed), with stand-in `torch` and `tensorflow` packages first on the path: each notes an
+import that reaches it, then fails as a missing package would (neither is installed here; on a user's machine they
+often are)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ LOADED = f"""
 def loaded():
     import builtins
     names = {{m.split(".")[0] for m, module in sys.modules.items() if module is not None}}
-    names |= {{"torch"}} if getattr(builtins, "STAND_IN_TORCH_RAN", False) else set()
+    names |= getattr(builtins, "STAND_INS_RAN", set())
     return sorted(names & {set(HEAVY)!r})
 """
 STAND_IN = """import builtins
-builtins.STAND_IN_TORCH_RAN = True  # an import of torch reached it
-raise ImportError("the tests' stand-in torch")
+builtins.STAND_INS_RAN = getattr(builtins, "STAND_INS_RAN", set()) | {__name__}  # an import reached it
+raise ImportError(f"the tests' stand-in {__name__}")
 """
+STOOD_IN = ("torch", "tensorflow")
 
 STARTING = """
 import contextlib, io, json, sys
@@ -65,16 +67,16 @@ try:
 except ImportError:
     pass
 events = len(list(Path(sys.argv[1]).iterdir()))
-print(json.dumps({"heavy": heavy, "torch_later": loaded() == ["tensorboardX", "torch"], "events": events}))
+print(json.dumps({"heavy": heavy, "torch_later": loaded() == ["torch"], "events": events}))
 """
 
 
 def run_python(code: str, tmp_path: Path, *args: str):
-    """The JSON the last line of `code` prints, run in a fresh interpreter with the stand-in torch first on
-    the path."""
+    """The JSON the last line of `code` prints, run in a fresh interpreter with the stand-ins first on the path."""
     stand_in = tmp_path / "stand_in"
-    (stand_in / "torch").mkdir(parents=True, exist_ok=True)
-    (stand_in / "torch" / "__init__.py").write_text(STAND_IN)
+    for name in STOOD_IN:
+        (stand_in / name).mkdir(parents=True, exist_ok=True)
+        (stand_in / name / "__init__.py").write_text(STAND_IN)
     path = [str(stand_in), *filter(None, [os.environ.get("PYTHONPATH")])]  # the sparqrl under test first after it
     env = {"PYTHONPATH": os.pathsep.join(path), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
            "XDG_CACHE_HOME": str(tmp_path / "cache")}
@@ -112,7 +114,9 @@ def test_help_texts_load_no_jax(tmp_path):
     assert len(seen) > 6 and all(loaded == [] for loaded in seen.values()), seen
 
 
-def test_the_tensorboard_writer_never_imports_torch(tmp_path):
-    """tensorboardX imports torch where it can; the writer hides it for that import only."""
+def test_the_tensorboard_writer_imports_neither_torch_nor_tensorflow(tmp_path):
+    """The writer is TensorBoard's record writer and protos: no tensorboardX (which imports torch where it can),
+    no TensorFlow (which TensorBoard's own EventFileWriter imports where it can); the user's code still reaches
+    torch afterwards."""
     got = run_python(WRITER, tmp_path, str(tmp_path / "tb"))
-    assert got == {"heavy": ["tensorboardX"], "torch_later": True, "events": 1}
+    assert got == {"heavy": [], "torch_later": True, "events": 1}

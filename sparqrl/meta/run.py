@@ -682,7 +682,7 @@ class MetaRecords:
         return f"generation {updates}"
 
     def open(self, rundir: Any, chunks_done: int, updates_done: int, resuming: bool) -> None:
-        from sparqrl.telemetry.logger import TensorBoardWriter  # (tensorboardX: imported by a run only)
+        from sparqrl.telemetry.logger import TensorBoardWriter  # (TensorBoard's modules: imported by a run only)
         from sparqrl.telemetry.wandb_log import WandbWriter
 
         self.csv_path = rundir.claim(FITNESS_CSV)
