@@ -258,9 +258,9 @@ class AnakinDriver(WholeChunks):
         apart. A later run of the same configuration loads them traced (`programs`) and compiled (XLA's cache).
 
         The init program runs once, so on the CPU it is compiled at XLA's lowest optimisation
-        (`run_once_options`). The evaluation program is compiled on a thread from here on, beside the chunk
-        program's tracing and compilation (XLA's compile releases the GIL; tracing is single-threaded, so the
-        chunk's leaves a core idle), so the first evaluation waits only for what is left of it: that wait is in
+        (`run_once_options`). The evaluation program is traced and compiled on a thread from the moment the chunk
+        program is lowered, beside its compile (XLA's compile releases the GIL, so the evaluation's tracing does not
+        slow the chunk's), so the first evaluation waits only for what is left of it: that wait is in
         compile_time_s. Started after the chunk had compiled (at the first chunk), it was not done by the 10th
         chunk of a 1-seed CartPole run and that evaluation waited for it (issue 33). Not at XLA's lowest
         optimisation: it ran 2.4-3x slower so (PPO on CartPole and Breakout-MinAtar), which a run with many or
@@ -268,21 +268,24 @@ class AnakinDriver(WholeChunks):
         start = time.perf_counter()
         self._init = self._build("init", init_program(self.algo_at), (SEEDS, SEEDS), SEEDS, self.keys, self.hparams,
                                  options=run_once_options(), on_compile=self._say_compiling)
-        if self._evaluate is None and self._eval_build is None:
-            self._eval_build = Background(self._evaluation_program, "sparqrl-eval-compile")
         self._chunk = self._build("chunk", chunk_program(self.algo_at, self.on_update), (SEEDS, SEEDS, REPLICATED),
                                   (SEEDS, SEEDS), self._init.out_info, self.hparams,
-                                  jax.device_put(np.int32(1), self.replicated), on_compile=self._say_compiling)
+                                  jax.device_put(np.int32(1), self.replicated), on_compile=self._say_compiling,
+                                  on_lowered=self._start_evaluation_build)
         self.programs_loaded += self._init.loaded + self._chunk.loaded
         self.compile_time_s += time.perf_counter() - start
 
     def _build(self, name: str, fn: Callable, in_specs: tuple, out_specs: Any, *args: Any, options: Any = None,
-               on_compile: Callable[[], None] | None = None) -> Program:
+               on_compile: Callable[[], None] | None = None, on_lowered: Callable[[], None] | None = None) -> Program:
         """`fn` (batched over the seed axis) on each device's own seeds, compiled or loaded (`build_program`); the
         caller counts it in programs_loaded (on its own thread: the evaluation program builds beside the chunk)."""
         store = program_store() if self.run.compile_cache and self.env_key is not None else None
         return build_program(name, per_device(fn, self.sharding, in_specs, out_specs), args, describe=self.describe,
-                             store=store, compiler_options=options, on_compile=on_compile)
+                             store=store, compiler_options=options, on_compile=on_compile, on_lowered=on_lowered)
+
+    def _start_evaluation_build(self) -> None:
+        if self._evaluate is None and self._eval_build is None:
+            self._eval_build = Background(self._evaluation_program, "sparqrl-eval-compile")
 
     def _say_compiling(self) -> None:
         """One line before the training programs compile where the cache does not hold them (a Brax env's

@@ -67,13 +67,16 @@ def run_once_options() -> dict[str, Any] | None:
 
 def build_program(name: str, fn: Callable, args: tuple, *, describe: str, store: Path | None,
                   compiler_options: dict[str, Any] | None = None,
-                  on_compile: Callable[[], None] | None = None) -> Program:
+                  on_compile: Callable[[], None] | None = None,
+                  on_lowered: Callable[[], None] | None = None) -> Program:
     """Compile `fn(*args)` (`args`: arrays or ShapeDtypeStructs with shardings), loading its traced form
     from `store` when an earlier run stored it under the same key, and storing it otherwise. `describe`
     must say everything `fn` closes over (algorithm, its config, env, ...); `store=None` caches nothing.
     `compiler_options`: XLA's, for this program (e.g. `run_once_options()`). `on_compile()`: called before
     a program the store does not hold is traced and compiled (XLA's cache cannot hold it either: both
-    keep what the first run of a configuration built), so that a long first compile can be said."""
+    keep what the first run of a configuration built), so that a long first compile can be said. `on_lowered()`:
+    called once tracing and lowering are done, before XLA compiles (which releases the GIL: other Python work
+    started there runs beside the compile instead of slowing the tracing)."""
     leaves, in_tree = jax.tree.flatten(args)
     specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)) for x in leaves]
     path = None if store is None else store / f"{name}-{_key(name, describe, specs, in_tree)}.jaxprogram"
@@ -94,13 +97,19 @@ def build_program(name: str, fn: Callable, args: tuple, *, describe: str, store:
         jitted = jax.jit(flat, in_shardings=tuple(s.sharding for s in specs))
         exported = _export(jitted, specs) if path is not None else None
         if exported is None:  # nothing to store, or nothing jax.export can hold: compiled directly
-            compiled = jitted.lower(*specs).compile(compiler_options)
+            lowered = jitted.lower(*specs)
+            if on_lowered is not None:
+                on_lowered()
+            compiled = lowered.compile(compiler_options)
             return Program(compiled, out_trees[-1], _out_info(out_trees[-1], compiled.out_info,
                                                               compiled.output_shardings), loaded=False)
         entry = exported, out_trees[-1]
         _save(path, entry)  # (an out tree `describe_tree` cannot hold is not stored)
     exported, out_tree = entry
-    compiled = jax.jit(exported.call).lower(*specs).compile(compiler_options)
+    lowered = jax.jit(exported.call).lower(*specs)
+    if on_lowered is not None:
+        on_lowered()
+    compiled = lowered.compile(compiler_options)
     # (the compiled program's own output shardings: the exported ones leave some unspecified)
     return Program(compiled, out_tree, _out_info(out_tree, exported.out_avals, compiled.output_shardings), loaded)
 
