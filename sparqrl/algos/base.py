@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from sparqrl.config import fail
@@ -441,7 +442,7 @@ def on_device(al: ActorLearner, env: Env, fragment_steps: int, num_updates: int)
     only place it bootstraps), and handed to the learner in `Step.value`/`next_value`."""
     acting, n = al.acting, al.num_envs
     obs_ndim = len(env.observation_shape)
-    slots = jnp.arange(n, dtype=jnp.int32)
+    slots = np.arange(n, dtype=np.int32)  # (a constant of the programs: jnp's would compile a program here)
 
     def init(key: jax.Array) -> OnDeviceState:
         key, reset_key, learner_key = jax.random.split(key, 3)
