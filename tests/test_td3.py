@@ -300,7 +300,7 @@ def test_td3_learns_pendulum(tmp_path):
 
 
 HOST_STEPS = 8_000
-HOST_THRESHOLD = -400.0
+HOST_THRESHOLD = -700.0
 
 
 @RAY_SERIAL
@@ -309,9 +309,11 @@ def test_td3_learns_pendulum_on_the_host(tmp_path):
     """The defaults as a user runs them on a host env: `sparqrl train td3 --env gym:Pendulum-v1 --actors 2 --seeds
     2`, the actors on the back-end the command picks (Ray), HOST_STEPS env steps (800 random ones, RLx2's 25,000
     capped at 10 % of the run, then one gradient step each): every seed's deterministic return (10 episodes) >=
-    HOST_THRESHOLD; random play scores about -1,200 (these runs -1,300 to -1,600 after 1,600 steps), a good policy
-    about -200. The actors race, so every run is a new draw: benchmarks/history.md, "RLx2 and host learning tests
-    through the command (issue 31 item 5)", lists the draws this threshold was chosen from."""
+    HOST_THRESHOLD; random play scores about -1,200 (these runs -1,300 to -1,650 after 1,600 steps), a good policy
+    about -200. The actors race, so every run is a new draw: 4 seeds over 2 draws ended at -191 to -355
+    (benchmarks/history.md, "RLx2 and host learning tests through the command (issue 31 item 5)"). 8k steps is the
+    steep end of the curve (-340 to -670 at 6.4k): a seed's greedy policy can still fail a hard start or two, so
+    the bar sits between that and random play, not at the device test's -400."""
     summary = train_as_users_do(tmp_path / "run", "td3", "gym:Pendulum-v1", steps=HOST_STEPS,
                                 options=("--actors", "2"))
     assert summary["backend"] == "ray" and summary["actors"] == 2 and summary["steps"] == HOST_STEPS
