@@ -44,7 +44,8 @@ def sparqrl() -> str:
 def commands(args: argparse.Namespace, seed: int, out: Path) -> dict[str, list[str]]:
     """The two commands of one seed, by side."""
     common = ["--env", args.env, "--steps", str(args.steps), "--seed", str(seed), "--eval-episodes",
-              str(args.eval_episodes), "--no-progress", "--no-energy", "--overwrite", *sum((["--set", s] for s in args.set), [])]
+              str(args.eval_episodes), "--no-progress", "--no-energy", "--overwrite",
+              *sum((["--set", s] for s in args.set), [])]
     ranges = [r.split("=", 1) for r in args.range]
     pbt = [sparqrl(), "pbt", args.algo, "--population", str(args.population), "--fields",
            ",".join(name for name, _ in ranges), *sum((["--range", f"{n}={r}"] for n, r in ranges), []),

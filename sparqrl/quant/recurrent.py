@@ -8,7 +8,8 @@ which replaces every matmul of the network with `int8_matmul`:
 * each ``nn.Dense`` (torso, heads, critic, and the GRU cell's six gate layers): ``int8_matmul(x, kernel) + bias``;
 * ``nn.OptimizedLSTMCell`` (which multiplies with ``jnp.dot`` on its concatenated kernels, not through Dense):
   the same gates recomputed from its parameters, each of the 8 matmuls (4 on the input, 4 on the state) an
-  `int8_matmul`: ``i, f, o = σ(x·W_i· + h·W_h· + b_h·)``, ``g = tanh(...)``, ``c' = f·c + i·g``, ``h' = o·tanh(c')``.
+  `int8_matmul`: ``i, f, o = σ(x·W_i· + h·W_h· + b_h·)``, ``g = tanh(...)``, ``c' = f·c + i·g``,
+  ``h' = o·tanh(c')``.
 
 `int8_matmul` is the arithmetic of ONNX Runtime's ``DynamicQuantizeMatMul`` that the feed-forward int8 actors run
 (`forward`, ActorQ's PyTorch dynamic PTQ): the input quantized per call to uint8 over the whole batch (ONNX's

@@ -209,8 +209,9 @@ class Actor:
             if self.memory is not None:  # the state before acting on self.obs, as the learner re-runs it
                 memories.append(self.memory)
             if self.central is None and self.memory is not None:
-                packed, self.key, memory = self._act_recurrent[self.int8](self.variables, self.aux, self.obs, self.memory,
-                                                               self.key, self.env_steps)
+                act = self._act_recurrent[self.int8]
+                packed, self.key, memory = act(self.variables, self.aux, self.obs, self.memory, self.key,
+                                               self.env_steps)
                 env_action, action, extra = self._unpack(np.asarray(packed))
             elif self.central is None:
                 packed, self.key = self._explore(self._forward(self.obs), self.key, self.env_steps, self.aux)
