@@ -115,7 +115,8 @@ class RunConfig:
     """Actors, each stepping its own seeds × num_envs host environments."""
     actor_precision: Literal["fp32", "bf16", "fp16", "int8"] = "fp32"
     """Precision of the policy copy actors act with (ActorQ): int8 (symmetric weights, activations quantized
-    per call, ONNX Runtime integer kernels), fp16/bf16 (16-bit weights), fp32. The learner trains in fp32."""
+    per call, ONNX Runtime integer kernels; a recurrent policy's in JAX), fp16/bf16 (16-bit weights), fp32. The
+    learner trains in fp32."""
     quant_granularity: Literal["channel", "tensor"] = "channel"
     """int8 weight scales: one per output channel, or one per tensor (ActorQ / PyTorch dynamic quantization)."""
     backend: Literal["auto", "inline", "ray"] = "auto"
