@@ -91,25 +91,32 @@ def test_the_summary_says_where_the_time_went(tmp_path):
     assert steps == [3, 4]  # every chunk saved, the last written before summary.json: max_to_keep 2
 
 
-def test_the_evaluation_program_compiles_beside_the_first_chunks(tmp_path, monkeypatch):
-    """`AnakinDriver.start` compiles the evaluation program on a thread of its own while training runs; the first
-    evaluation uses it (issue 33, item 5)."""
+def test_the_evaluation_program_compiles_beside_the_chunk_program(tmp_path, monkeypatch):
+    """`AnakinDriver.build` starts the evaluation program's build on a thread of its own once the chunk program is
+    lowered, before the chunk compiles (issue 33: started at the first chunk, a 1-seed run's first evaluation
+    waited for it); the first evaluation uses it."""
     import threading
 
     from sparqrl.runners.anakin import AnakinDriver
 
-    built_on = []
-    original = AnakinDriver._evaluation_program
+    built_on, started_with_chunk = [], []
+    original, start = AnakinDriver._evaluation_program, AnakinDriver._start_evaluation_build
 
     def recorded(self):
         built_on.append(threading.current_thread().name)
         return original(self)
 
+    def starting(self):  # (called on the main thread, between the chunk's lowering and its compile)
+        started_with_chunk.append(hasattr(self, "_chunk"))
+        start(self)
+
     monkeypatch.setattr(AnakinDriver, "_evaluation_program", recorded)
+    monkeypatch.setattr(AnakinDriver, "_start_evaluation_build", starting)
     run = RunConfig(env="CartPole-v1", out=str(tmp_path / "run"), chunks=2, eval_episodes=2, progress=False,
                     energy=False)
     summary = train("ppo", ppo.Config(total_timesteps=2 * 512), run)
-    assert built_on == ["sparqrl-eval-compile"] and summary["final_return_mean"] > 0
+    assert started_with_chunk == [False] and built_on == ["sparqrl-eval-compile"]
+    assert summary["final_return_mean"] > 0
 
 
 def test_tensorboard_events_reach_the_file_at_each_chunk_and_are_synced_once(tmp_path, monkeypatch):
