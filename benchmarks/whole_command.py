@@ -26,7 +26,7 @@ fails on a MISS). Everything around training (evaluation, checkpoints, rest) is 
 --torch-env: the sparqrl side runs in .bench-torch-venv instead of .venv: a venv that sees sparqrl's (a .pth
 file adds .venv's site-packages) and holds torch too (`--torch-spec`, default torch==2.15.0 from PyPI with its
 dependencies, installed with the machine's pip configuration bypassed: PIP_CONFIG_FILE=/dev/null), made on first
-use: where torch is installed, the command must not get slower (tensorboardX would import it).
+use: where torch is installed, the command must not get slower (tensorboardX, which sparqrl used before, imported it).
 On a GPU machine: benchmarks/gpu_whole_command.sh (1, 1024 and 4096 seeds in one go, from local wheels).
 """
 
