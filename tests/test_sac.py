@@ -276,7 +276,7 @@ def test_sac_learns_pendulum_on_the_host(tmp_path):
     2`, the actors on the back-end the command picks (Ray), HOST_STEPS env steps (800 random ones, RLx2's 25,000
     capped at 10 % of the run, then one gradient step each): every seed's deterministic return (10 episodes) >=
     HOST_THRESHOLD; random play scores about -1,200, a good policy about -200. The actors race, so every run is a
-    new draw: 4 seeds over 2 draws ended at -170 to -232, every seed past -270 from 4.8k steps on
+    new draw: 6 seeds over 3 draws ended at -170 to -232, every seed past -270 from 4.8k steps on
     (benchmarks/history.md, "RLx2 and host learning tests through the command (issue 31 item 5)")."""
     summary = train_as_users_do(tmp_path / "run", "sac", "gym:Pendulum-v1", steps=HOST_STEPS,
                                 options=("--actors", "2"))

@@ -310,7 +310,7 @@ def test_td3_learns_pendulum_on_the_host(tmp_path):
     2`, the actors on the back-end the command picks (Ray), HOST_STEPS env steps (800 random ones, RLx2's 25,000
     capped at 10 % of the run, then one gradient step each): every seed's deterministic return (10 episodes) >=
     HOST_THRESHOLD; random play scores about -1,200 (these runs -1,300 to -1,650 after 1,600 steps), a good policy
-    about -200. The actors race, so every run is a new draw: 4 seeds over 2 draws ended at -191 to -355
+    about -200. The actors race, so every run is a new draw: 6 seeds over 3 draws ended at -190 to -355
     (benchmarks/history.md, "RLx2 and host learning tests through the command (issue 31 item 5)"). 8k steps is the
     steep end of the curve (-340 to -670 at 6.4k): a seed's greedy policy can still fail a hard start or two, so
     the bar sits between that and random play, not at the device test's -400."""
