@@ -193,10 +193,9 @@ class Actor:
         if copy.version > self.version:
             if self.central is None and copy.network is not None:  # a recurrent policy: its variables, in fp32
                 self.int8 = quant.is_int8(copy.network)  # or int8 as sent (`quant.int8_apply`)
-                widened = [quant.dequantize_tree(v) for v in copy.network]
-                self.variables = jax.device_put(jax.tree.map(lambda *xs: np.stack(xs),
-                                                             *(copy.network if self.int8 else widened)))
-                self.raw_width = output_width(widened[0])
+                per_seed = copy.network if self.int8 else [quant.dequantize_tree(v) for v in copy.network]
+                self.variables = jax.device_put(jax.tree.map(lambda *xs: np.stack(xs), *per_seed))
+                self.raw_width = output_width(quant.dequantize_tree(copy.network[0]))
             elif self.central is None:
                 self.forwards = tuple(quant.make_forward(stack) for stack in copy.stacks)
                 self.raw_width = copy.stacks[0].kernels[-1].shape[1]
