@@ -109,6 +109,15 @@ def train_as_users_do(out, algo, env, seeds=2, steps=None, sets=(), options=()):
     return summary
 
 
+def train_on_host_as_users_do(out, algo, env, steps):
+    """`train_as_users_do` on the actor-learner runner, `--actors 2`, on the back-end the command picks: checks it
+    ran there (Ray, 2 actors) and returns summary.json."""
+    summary = train_as_users_do(out, algo, env, steps=steps, options=("--actors", "2"))
+    print({k: summary.get(k) for k in ("policy_lag_mean", "fragments_dropped", "env_steps_per_s")})
+    assert summary["backend"] == "ray" and summary["actors"] == 2
+    return summary
+
+
 def last_metric(out, name):
     """Each seed's `name` in the last chunk's rows of a run's metrics.csv."""
     import csv

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import RAY_SERIAL, train_as_users_do
+from conftest import RAY_SERIAL, train_as_users_do, train_on_host_as_users_do
 from sparqrl import cli, presets
 from sparqrl.algos import impala
 from sparqrl.algos.impala import train as impala_train
@@ -84,11 +84,7 @@ def test_impala_learns_cartpole_on_the_host(tmp_path):
     ended every seed at 154 or more, all but one at 434-500 (benchmarks/history.md, "impala-host: lag 1, 300k"
     and "Learning tests through the command (issue 31 item 5)"); a one-action collapse ends at 9, random play at
     about 22."""
-    summary = train_as_users_do(tmp_path / "run", "impala", "gym:CartPole-v1", steps=HOST_STEPS,
-                                options=("--actors", "2"))
-    print(f"lag {summary['policy_lag_mean']:.2f}, dropped {summary['fragments_dropped']}, "
-          f"{summary['env_steps_per_s']:.0f} env steps/s")
-    assert summary["backend"] == "ray" and summary["actors"] == 2
+    summary = train_on_host_as_users_do(tmp_path / "run", "impala", "gym:CartPole-v1", HOST_STEPS)
     assert summary["policy_lag_mean"] > 0.5  # V-trace corrects the lag (about 1.0 in every draw)
     returns = summary["final_return_per_seed"]
     # Every seed clears HOST_THRESHOLD, which the rare seed still on a plateau (1 in 80, ~155) also clears, and the

@@ -17,7 +17,7 @@ from sparqrl.algos.base import EPISODE_COUNT, make_train_fn
 from sparqrl.config import ConfigError
 from sparqrl.envs import host_spec, make_env
 
-from conftest import RAY_SERIAL, train_as_users_do
+from conftest import RAY_SERIAL, train_as_users_do, train_on_host_as_users_do
 
 # ---- math against NumPy ----------------------------------------------------------------------
 
@@ -279,7 +279,6 @@ def test_sac_learns_pendulum_on_the_host(tmp_path):
     new draw: 6 seeds over 3 draws ended at -170 to -232 (benchmarks/history.md, "RLx2 and host learning tests
     through the command (issue 31 item 5)"), but at 6k one seed of 4 fell from -205 (4.8k) to -658: a greedy
     policy can still fail hard starts after it has learned, so the bar is td3-host's, not the device test's -400."""
-    summary = train_as_users_do(tmp_path / "run", "sac", "gym:Pendulum-v1", steps=HOST_STEPS,
-                                options=("--actors", "2"))
-    assert summary["backend"] == "ray" and summary["actors"] == 2 and summary["steps"] == HOST_STEPS
+    summary = train_on_host_as_users_do(tmp_path / "run", "sac", "gym:Pendulum-v1", HOST_STEPS)
+    assert summary["steps"] == HOST_STEPS
     assert min(summary["final_return_per_seed"]) >= HOST_THRESHOLD, summary["final_return_per_seed"]

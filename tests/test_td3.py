@@ -17,7 +17,7 @@ from sparqrl.config import ConfigError
 from sparqrl.envs import host_spec, make_env
 from sparqrl.runners import sebulba
 
-from conftest import RAY_SERIAL, last_metric, train_as_users_do
+from conftest import RAY_SERIAL, last_metric, train_as_users_do, train_on_host_as_users_do
 
 # ---- math against NumPy ----------------------------------------------------------------------
 
@@ -314,7 +314,6 @@ def test_td3_learns_pendulum_on_the_host(tmp_path):
     (benchmarks/history.md, "RLx2 and host learning tests through the command (issue 31 item 5)"). 8k steps is the
     steep end of the curve (-340 to -670 at 6.4k): a seed's greedy policy can still fail a hard start or two, so
     the bar sits between that and random play, not at the device test's -400."""
-    summary = train_as_users_do(tmp_path / "run", "td3", "gym:Pendulum-v1", steps=HOST_STEPS,
-                                options=("--actors", "2"))
-    assert summary["backend"] == "ray" and summary["actors"] == 2 and summary["steps"] == HOST_STEPS
+    summary = train_on_host_as_users_do(tmp_path / "run", "td3", "gym:Pendulum-v1", HOST_STEPS)
+    assert summary["steps"] == HOST_STEPS
     assert min(summary["final_return_per_seed"]) >= HOST_THRESHOLD, summary["final_return_per_seed"]
