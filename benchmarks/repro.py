@@ -139,6 +139,32 @@ ENTRIES = (
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    """Another library's run of an entry's task at the same budget, recorded in OUT/peers.csv (repro.py's columns,
+    `commit` holding the peer's versions) and OUT/curves/<name>.csv by its own script."""
+
+    name: str
+    beside: str
+    """The entry it is shown beside."""
+    label: str
+    source: str
+    """Where its hyperparameters are published."""
+    differs: str
+    command: str
+
+
+PEERS = (
+    Peer("sb3-sac-halfcheetah", "sac-halfcheetah", "Stable-Baselines3 SAC",
+         "rl-baselines3-zoo hyperparams/sac.yml, HalfCheetah-v3 (&mujoco-defaults: learning_starts 10000, SB3's SAC "
+         "defaults otherwise)",
+         "the suite's budget and evaluation (deterministic policy, 10 episodes per seed, the same env seeds); SB3 "
+         "acts at random for 10k steps (sparqrl's SAC: 25k), clips the log-std to [-20, 2] (sparqrl: [-5, 2]), "
+         "torch on 1 thread per seed; the peer venv's Gymnasium and MuJoCo (their versions under 'recorded')",
+         ".venv/bin/python benchmarks/peer_sb3_sac.py --steps 300000 --seeds 2"),
+)
+
+
 def select(suite: str, only: str | None) -> list[Entry]:
     """The suite's entries named in `only` (comma-separated), or its default ones; an unknown name is an error."""
     entries = [e for e in ENTRIES if e.suite == suite]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -49,10 +50,10 @@ def bootstrap_mean(x: np.ndarray, seed: int = 0) -> tuple[float, float, float]:
 
 
 def read_results(results: Path) -> dict[str, list[dict]]:
-    """entry name -> its rows in the suites' results CSVs."""
+    """entry (or peer) name -> its rows in the suites' results CSVs and peers.csv."""
     rows: dict[str, list[dict]] = {}
-    for suite in repro.SUITES:
-        path = results / f"{suite}.csv"
+    for stem in (*repro.SUITES, "peers"):
+        path = results / f"{stem}.csv"
         if path.exists():
             for row in csv.DictReader(path.open(newline="")):
                 rows.setdefault(row["entry"], []).append(row)
@@ -77,9 +78,33 @@ def ours_cells(entry: repro.Entry, rows: list[dict]) -> tuple[str, str]:
     return cell, f"{iqm(x):.1f}" if x.size >= MIN_IQM_SEEDS else "–"
 
 
+def peer_line(peer: repro.Peer, entry: repro.Entry, rows: list[dict] | None, note: int) -> str:
+    """A peer's row under the entry it is beside: its seeds' statistics (no reference verdict), or its command."""
+    if rows:
+        cell, middle = ours_cells(dataclasses.replace(entry, reference=None), rows)
+        budget, recorded = f"{int(rows[0]['budget']):,}", f"{rows[0]['commit']}, {rows[0]['date'][:10]}"
+    else:
+        cell, middle, budget, recorded = f"not run yet: `{peer.command}`", "–", f"{entry.steps:,}", "–"
+    return (f"| {peer.name} (peer: {peer.label}) | {entry.algo} on {entry.env} | {budget} | "
+            f"{len(rows) if rows else entry.seeds} | {cell} | {middle} | – ({note}) | {recorded} |")
+
+
+def peer_lines(entry: repro.Entry, results: dict[str, list[dict]], notes: list[str], machines: list[str]) -> list[str]:
+    """The rows of the peers shown beside `entry`; their notes and machines added to the table's."""
+    lines = []
+    for peer in (p for p in repro.PEERS if p.beside == entry.name):
+        notes.append(f"Peer {peer.name}: {peer.label}, hyperparameters from {peer.source}. What differs: "
+                     f"{peer.differs}.")
+        rows = results.get(peer.name)
+        if rows and rows[0]["machine"] not in machines:
+            machines.append(rows[0]["machine"])
+        lines.append(peer_line(peer, entry, rows, len(notes)))
+    return lines
+
+
 def family_table(entries: list[repro.Entry], results: dict[str, list[dict]]) -> list[str]:
-    """The family's table, then its numbered notes (a reference's source and what differs, each said once) and
-    the machines its results were recorded on."""
+    """The family's table (a peer's rows under the entry they are beside), then its numbered notes (a reference's
+    source and what differs, each said once) and the machines its results were recorded on."""
     notes: list[str] = []
     lines = ["| entry | env | budget | seeds | ours: mean [95 % CI] | ours: IQM | reference | recorded |",
              "|---|---|---:|---:|---|---:|---|---|"]
@@ -101,6 +126,7 @@ def family_table(entries: list[repro.Entry], results: dict[str, list[dict]]) -> 
             middle, budget, recorded = "–", f"{e.steps:,}", "–"
         lines.append(f"| {e.name} | {e.algo} on {e.env} | {budget} | {e.seeds} | {cell} | {middle} | {ref} | "
                      f"{recorded} |")
+        lines += peer_lines(e, results, notes, machines)
     lines += ["", *(f"{i}. {n}" for i, n in enumerate(notes, 1))]
     if machines:
         lines += ["", "Recorded on: " + "; ".join(machines) + "."]
@@ -154,7 +180,8 @@ def page_text(results_dir: Path) -> str:
 
 
 def plot(entry: repro.Entry, curve_csv: Path, png: Path) -> None:
-    """The entry's learning curves with its reference as a horizontal line."""
+    """The entry's learning curves with its reference as a horizontal line, and the mean curve of each peer beside
+    it whose curve is recorded (in the same folder)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -167,6 +194,12 @@ def plot(entry: repro.Entry, curve_csv: Path, png: Path) -> None:
         ax.plot(steps, returns[:, i], lw=0.6, alpha=0.5, color="C0")
     with np.errstate(all="ignore"):
         ax.plot(steps, np.nanmean(returns, axis=1), lw=2, color="C0", label="sparqrl")
+    for i, peer in enumerate(p for p in repro.PEERS if p.beside == entry.name):
+        peer_csv = curve_csv.with_name(f"{peer.name}.csv")
+        if peer_csv.exists():
+            theirs = np.genfromtxt(peer_csv, delimiter=",", skip_header=1, ndmin=2)
+            with np.errstate(all="ignore"):
+                ax.plot(theirs[:, 0], np.nanmean(theirs[:, 1:], axis=1), lw=1.5, color=f"C{i + 1}", label=peer.label)
     if entry.reference is not None:
         ax.axhline(entry.reference.value, ls="--", color="C3", label="reference")
     ax.set(title=f"{entry.algo} on {entry.env}", xlabel="env steps per seed", ylabel="episode return")

@@ -76,3 +76,27 @@ def test_page_is_generated_from_the_committed_results(tmp_path):
     assert page.read_text() == committed, "docs/results.md is stale: run .venv/bin/python benchmarks/results_page.py"
     for picture in re.findall(r"\]\((results/[^)]+\.png)\)", committed):
         assert (ROOT / "docs" / picture).is_file(), picture
+
+
+def test_peer_rows_beside_their_entry(tmp_path):
+    peer = repro.PEERS[0]
+    lines = results_page.page_text(tmp_path).splitlines()  # nothing recorded: the peer's command is shown
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"| {peer.beside} |"))
+    assert lines[at + 1].startswith(f"| {peer.name} (peer: {peer.label}) |") and f"`{peer.command}`" in lines[at + 1]
+    row = {"budget": 300_000, "wall_time_s": 1, "commit": "sb3 2.9.2", "date": "2026-11-28T00:00:00+00:00",
+           "machine": "m"}
+    repro.replace_rows(tmp_path / "peers.csv", peer.name,
+                       [{**row, "entry": peer.name, "seed": s, "final_return": v} for s, v in enumerate((1e3, 3e3))])
+    lines = results_page.page_text(tmp_path).splitlines()
+    assert "| 2000.0 [1000.0, 3000.0] | – |" in lines[at + 1] and "sb3 2.9.2, 2026-11-28" in lines[at + 1]
+    assert any(line.startswith(f"{i}. Peer {peer.name}: ") for i in range(1, 9) for line in lines)
+
+
+def test_peer_curve_has_the_suites_chunks():
+    import peer_sb3_sac
+
+    means = peer_sb3_sac.chunk_means([(1000, 1.0), (2000, 3.0), (3000, 5.0), (6000, 7.0)], 6000, 3)
+    assert means == [(2000, 2.0), (4000, 5.0), (6000, 7.0)]  # an episode ending at a chunk's last step is in it
+    assert peer_sb3_sac.chunk_means([(5000, 1.0)], 6000, 3)[:2] == [(2000, None), (4000, None)]
+    assert peer_sb3_sac.curve_rows([[(10, 1.0), (20, None)], [(10, None), (20, 2.5)]]) == [
+        ["10", "1.000", ""], ["20", "", "2.500"]]
