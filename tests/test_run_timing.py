@@ -91,31 +91,37 @@ def test_the_summary_says_where_the_time_went(tmp_path):
     assert steps == [3, 4]  # every chunk saved, the last written before summary.json: max_to_keep 2
 
 
-def test_the_evaluation_program_compiles_beside_the_chunk_program(tmp_path, monkeypatch):
-    """`AnakinDriver.build` starts the evaluation program's build on a thread of its own once the chunk program is
-    lowered, before the chunk compiles (issue 33: started at the first chunk, a 1-seed run's first evaluation
-    waited for it); the first evaluation uses it."""
+def test_the_init_and_evaluation_programs_compile_beside_the_chunk_program(tmp_path, monkeypatch):
+    """`AnakinDriver.build` traces the chunk program first (on the state's shapes) and, once it is lowered, before it
+    compiles, starts a thread that builds the init program and then the evaluation program (issue 33: the init's
+    build, before the chunk's, delayed training on the 2-core CPU); training starts from that init program and the
+    first evaluation uses that evaluation program."""
     import threading
 
     from sparqrl.runners.anakin import AnakinDriver
 
-    built_on, started_with_chunk = [], []
-    original, start = AnakinDriver._evaluation_program, AnakinDriver._start_evaluation_build
+    built_on, started_with_chunk = {}, []
+    init, evaluation, start = (AnakinDriver._init_then_evaluation, AnakinDriver._evaluation_program,
+                               AnakinDriver._start_side_builds)
 
-    def recorded(self):
-        built_on.append(threading.current_thread().name)
-        return original(self)
+    def recorded(name, original):
+        def build(self):
+            built_on[name] = threading.current_thread().name
+            return original(self)
+        return build
 
-    def starting(self):  # (called on the main thread, between the chunk's lowering and its compile)
+    def starting(self):  # (first called on the main thread, between the chunk's lowering and its compile)
         started_with_chunk.append(hasattr(self, "_chunk"))
         start(self)
 
-    monkeypatch.setattr(AnakinDriver, "_evaluation_program", recorded)
-    monkeypatch.setattr(AnakinDriver, "_start_evaluation_build", starting)
+    monkeypatch.setattr(AnakinDriver, "_init_then_evaluation", recorded("init", init))
+    monkeypatch.setattr(AnakinDriver, "_evaluation_program", recorded("evaluate", evaluation))
+    monkeypatch.setattr(AnakinDriver, "_start_side_builds", starting)
     run = RunConfig(env="CartPole-v1", out=str(tmp_path / "run"), chunks=2, eval_episodes=2, progress=False,
                     energy=False)
     summary = train("ppo", ppo.Config(total_timesteps=2 * 512), run)
-    assert started_with_chunk == [False] and built_on == ["sparqrl-eval-compile"]
+    assert started_with_chunk[0] is False
+    assert built_on == {"init": "sparqrl-init-compile", "evaluate": "sparqrl-eval-compile"}
     assert summary["final_return_mean"] > 0
 
 

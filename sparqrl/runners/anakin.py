@@ -240,6 +240,8 @@ class AnakinDriver(WholeChunks):
         self._said_compiling = False
         self._evaluate: Program | None = None
         self._eval_build: Background | None = None  # the evaluation program compiling on a thread (`build`)
+        self._init_build: Background | None = None  # the init program compiling on a thread (`build`)
+        self._abstract: Any = None  # `abstract_state`'s
         self.members = len(next(iter(hparams.values()))) if hparams else run.seeds
         self.member_names = member_names(settings, run.seeds)
         self.sharding = seed_sharding(self.members)
@@ -250,30 +252,52 @@ class AnakinDriver(WholeChunks):
         self._inflight: tuple[Any, dict[str, jax.Array]] | None = None
 
     def abstract_state(self) -> Any:
-        abstract = jax.eval_shape(jax.vmap(self.algo.init), self.keys)
-        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.sharding), abstract)
+        """The state's shapes, dtypes and shardings (traced once: the memory check, the programs and a restore)."""
+        if self._abstract is None:
+            abstract = jax.eval_shape(jax.vmap(self.algo.init), self.keys)
+            self._abstract = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.sharding),
+                                          abstract)
+        return self._abstract
 
     def build(self) -> None:
         """Compile the programs training starts with (init, chunk) ahead of time, so compile time is measured
         apart. A later run of the same configuration loads them traced (`programs`) and compiled (XLA's cache).
 
-        The init program runs once, so on the CPU it is compiled at XLA's lowest optimisation
-        (`run_once_options`). The evaluation program is traced and compiled on a thread from the moment the chunk
-        program is lowered, beside its compile (XLA's compile releases the GIL, so the evaluation's tracing does not
-        slow the chunk's), so the first evaluation waits only for what is left of it: that wait is in
-        compile_time_s. Started after the chunk had compiled (at the first chunk), it was not done by the 10th
-        chunk of a 1-seed CartPole run and that evaluation waited for it (issue 33). Not at XLA's lowest
-        optimisation: it ran 2.4-3x slower so (PPO on CartPole and Breakout-MinAtar), which a run with many or
-        long evaluations would pay more than the 0.7-1 s of compilation saved."""
+        The chunk program, the longest to compile, is traced first (on the state's shapes, `abstract_state`);
+        once it is lowered, XLA's compile of it (which releases the GIL) runs beside a thread that builds the init
+        program and then the evaluation program, so that neither adds to the time before training on two cores
+        (issue 33: the init program's build, ~0.8 s of CPU on the 2-core machine, was before the chunk's, and the
+        evaluation program's ~1.5 s beside it). The first evaluation waits only for what is left of the
+        evaluation's build: that wait is in compile_time_s.
+
+        The init program runs once, so on the CPU it is compiled at XLA's lowest optimisation (`run_once_options`).
+        The evaluation program is not: it ran 2.4-3x slower so (PPO on CartPole and Breakout-MinAtar), which a run
+        with many or long evaluations would pay more than the 0.7-1 s of compilation saved."""
         start = time.perf_counter()
-        self._init = self._build("init", init_program(self.algo_at), (SEEDS, SEEDS), SEEDS, self.keys, self.hparams,
-                                 options=run_once_options(), on_compile=self._say_compiling)
-        self._chunk = self._build("chunk", chunk_program(self.algo_at, self.on_update), (SEEDS, SEEDS, REPLICATED),
-                                  (SEEDS, SEEDS), self._init.out_info, self.hparams,
-                                  jax.device_put(np.int32(1), self.replicated), on_compile=self._say_compiling,
-                                  on_lowered=self._start_evaluation_build)
+        try:
+            self._chunk = self._build("chunk", chunk_program(self.algo_at, self.on_update), (SEEDS, SEEDS, REPLICATED),
+                                      (SEEDS, SEEDS), self.abstract_state(), self.hparams,
+                                      jax.device_put(np.int32(1), self.replicated), on_compile=self._say_compiling,
+                                      on_lowered=self._start_side_builds)
+        except BaseException:
+            self.close()  # no build left running into the error's report
+            raise
+        self._start_side_builds()  # (started at the chunk's lowering already)
+        build, self._init_build = self._init_build, None
+        self._init = build.result()
         self.programs_loaded += self._init.loaded + self._chunk.loaded
         self.compile_time_s += time.perf_counter() - start
+
+    def _start_side_builds(self) -> None:
+        """The init program's build, then the evaluation program's, on a thread (`build`)."""
+        if self._init_build is None and self._evaluate is None and self._eval_build is None:
+            self._init_build = Background(self._init_then_evaluation, "sparqrl-init-compile")
+
+    def _init_then_evaluation(self) -> Program:
+        init = self._build("init", init_program(self.algo_at), (SEEDS, SEEDS), SEEDS, self.keys, self.hparams,
+                           options=run_once_options(), on_compile=self._say_compiling)
+        self._eval_build = Background(self._evaluation_program, "sparqrl-eval-compile")
+        return init
 
     def _build(self, name: str, fn: Callable, in_specs: tuple, out_specs: Any, *args: Any, options: Any = None,
                on_compile: Callable[[], None] | None = None, on_lowered: Callable[[], None] | None = None) -> Program:
@@ -282,10 +306,6 @@ class AnakinDriver(WholeChunks):
         store = program_store() if self.run.compile_cache and self.env_key is not None else None
         return build_program(name, per_device(fn, self.sharding, in_specs, out_specs), args, describe=self.describe,
                              store=store, compiler_options=options, on_compile=on_compile, on_lowered=on_lowered)
-
-    def _start_evaluation_build(self) -> None:
-        if self._evaluate is None and self._eval_build is None:
-            self._eval_build = Background(self._evaluation_program, "sparqrl-eval-compile")
 
     def _say_compiling(self) -> None:
         """One line before the training programs compile where the cache does not hold them (a Brax env's
@@ -309,7 +329,7 @@ class AnakinDriver(WholeChunks):
 
     def _evaluation_program(self) -> Program:
         return self._build("evaluate", eval_program(self.algo_at, self.env, self.run.eval_episodes),
-                           (SEEDS, SEEDS, SEEDS), SEEDS, self._init.out_info, self.hparams, self.eval_keys)
+                           (SEEDS, SEEDS, SEEDS), SEEDS, self.abstract_state(), self.hparams, self.eval_keys)
 
     def run_chunk(self, chunk: int) -> tuple[Any, dict[str, np.ndarray]]:
         state, metrics = self._inflight
@@ -347,9 +367,11 @@ class AnakinDriver(WholeChunks):
 
     def close(self) -> None:
         self._inflight = None
-        build, self._eval_build = self._eval_build, None
-        if build is not None:  # no compile left running into the process's exit (a run stopped before evaluating)
-            build.wait()
+        for name in ("_init_build", "_eval_build"):  # (the init's thread starts the evaluation's: waited for first)
+            build = getattr(self, name)
+            setattr(self, name, None)
+            if build is not None:  # no compile left running into the process's exit (a run stopped before evaluating)
+                build.wait()
 
 
 def prepare(algo_name: str, algo_config: Any, run: RunConfig) -> tuple[Any, Any, Env]:
