@@ -107,6 +107,45 @@ def validate_country(country: str, field: str = "country") -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# The CPU's name, as py-cpuinfo would give it to codecarbon, without its second interpreter
+
+BRAND_FIELDS = ("model name", "cpu", "processor", "uarch")
+"""The /proc/cpuinfo fields py-cpuinfo 9 reads the CPU's name from (`brand_raw`), in its order of preference."""
+
+
+def cpu_brand(text: str) -> str | None:
+    """The CPU's name in /proc/cpuinfo's `text` as py-cpuinfo 9 reads it on Linux (its first source there): the
+    value of the first line whose field is one of `BRAND_FIELDS`, not empty and not a number; None without one."""
+    for line in text.splitlines():
+        if ":" in line:
+            field, value = (part.strip() for part in line.split(":", 1))
+            if field.lower() in BRAND_FIELDS and value and not value.isdigit():
+                return value
+    return None
+
+
+def _known_cpu_model() -> None:
+    """Give codecarbon's `detect_cpu_model` (cached for the process) the CPU's name from /proc/cpuinfo, where it
+    names one: codecarbon asks py-cpuinfo, which runs a second Python interpreter to find it (1.1 s of CPU on the
+    2-core machine, beside the run's training: issue 33). The same name, so the same power model and figures;
+    elsewhere (no /proc/cpuinfo, no name in it) py-cpuinfo is asked as before."""
+    try:
+        brand = cpu_brand(Path("/proc/cpuinfo").read_text())
+        import cpuinfo
+        from codecarbon.core.util import detect_cpu_model
+    except (OSError, ImportError):
+        return
+    if brand is None or detect_cpu_model.cache_info().currsize:
+        return
+    asked = cpuinfo.get_cpu_info
+    cpuinfo.get_cpu_info = lambda: {"brand_raw": brand}  # for this one call, which codecarbon caches
+    try:
+        detect_cpu_model()
+    finally:
+        cpuinfo.get_cpu_info = asked
+
+
+# ---------------------------------------------------------------------------------------------
 # codecarbon's log: quiet, but remembered (the reason of a failure is only in its log)
 
 
@@ -289,6 +328,8 @@ class EnergyMeter:
                 warnings.simplefilter("ignore")
                 from codecarbon import OfflineEmissionsTracker
                 from codecarbon.output_methods.base_output import OutputMethod
+
+                _known_cpu_model()
 
                 tracker = OfflineEmissionsTracker(
                     country_iso_code=self.country,

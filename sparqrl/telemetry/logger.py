@@ -11,6 +11,7 @@ import itertools
 import math
 import os
 import socket
+import struct
 import time
 from pathlib import Path
 from typing import IO, Any, Protocol, Sequence
@@ -46,21 +47,52 @@ class ScalarWriter(Protocol):
 _FILE_IDS = itertools.count()  # event files of one process and second differ by it (a resume in-process)
 
 
+def _crc32c_table() -> list[int]:
+    """CRC-32C (Castagnoli; reflected polynomial 0x82F63B78): the remainder of each byte value."""
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+        table.append(crc)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def masked_crc32c(data: bytes) -> int:
+    """The masked CRC-32C of a TFRecord's length and data fields (the record format's own rotation and offset)."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def tf_record(data: bytes) -> bytes:
+    """One record of an event file (TFRecord): length (uint64), its masked CRC, the data, the data's masked CRC,
+    all little-endian."""
+    length = struct.pack("<Q", len(data))
+    return length + struct.pack("<I", masked_crc32c(length)) + data + struct.pack("<I", masked_crc32c(data))
+
+
 class TensorBoardWriter:
     """The TensorBoard event file in `folder`, made at the first scalars (a run that fails its checks, or
     `--help`, never imports TensorBoard's modules); `purge_step`: events from this step on (written before an
     interruption) are dropped.
 
-    Written with the `tensorboard` package's own record writer and protos (`RecordWriter`, `Event`, `Summary`),
-    which import neither torch nor TensorFlow: tensorboardX imports torch wherever it is installed (4.4 s on a GPU
-    machine, issue 33) and TensorBoard's `EventFileWriter` TensorFlow. Each chunk's event is handed to the OS at
-    once, as metrics.csv's rows are (a live TensorBoard is never behind), and synced to disk once, at `close`:
-    an fsync per chunk cost 0.3 s of 50 chunks on the loaded 2-core CPU."""
+    Written with the `tensorboard` package's protos (`Event`, `Summary`), which import neither torch nor
+    TensorFlow (tensorboardX imports torch wherever it is installed, 4.4 s on a GPU machine, issue 33, and
+    TensorBoard's `EventFileWriter` TensorFlow), framed as TFRecords here (`tf_record`): the package's own
+    `RecordWriter` is reached through `tensorboard.summary`, whose import (0.19 s of CPU on the 2-core machine,
+    at the first chunk, while training waited for the host) brings its summary ops. Each chunk's event is handed
+    to the OS at once, as metrics.csv's rows are (a live TensorBoard is never behind), and synced to disk once, at
+    `close`: an fsync per chunk cost 0.3 s of 50 chunks on the loaded 2-core CPU."""
 
     def __init__(self, folder: Path, purge_step: int | None = None):
         self._folder, self._purge_step = folder, purge_step
         self._file: IO[bytes] | None = None  # the event file, opened at the first scalars
-        self._records: Any = None  # tensorboard's RecordWriter on it
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         from tensorboard.compat.proto.summary_pb2 import Summary
@@ -71,34 +103,32 @@ class TensorBoardWriter:
     def _write(self, step: int, **fields: Any) -> None:
         from tensorboard.compat.proto.event_pb2 import Event
 
-        if self._records is None:
-            self._file, self._records = self._open()
-        self._records.write(Event(wall_time=time.time(), step=step, **fields).SerializeToString())
-        self._records.flush()
+        if self._file is None:
+            self._file = self._open()
+        self._file.write(tf_record(Event(wall_time=time.time(), step=step, **fields).SerializeToString()))
+        self._file.flush()
 
-    def _open(self) -> tuple[IO[bytes], Any]:
+    def _open(self) -> IO[bytes]:
         """A new event file (named as TensorBoard's own writer names them), begun as every event file is; with
         `purge_step`, a session start there, which tells TensorBoard to drop the events logged from it on."""
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
-        from tensorboard.summary.writer.record_writer import RecordWriter
 
         self._folder.mkdir(parents=True, exist_ok=True)
         name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILE_IDS)}"
         file = open_nofollow(self._folder / name, "wb")
-        records = RecordWriter(file)
         step = self._purge_step or 0
-        records.write(Event(wall_time=time.time(), step=step, file_version="brain.Event:2").SerializeToString())
+        file.write(tf_record(Event(wall_time=time.time(), step=step, file_version="brain.Event:2").SerializeToString()))
         if self._purge_step is not None:
             start = Event(wall_time=time.time(), step=step, session_log=SessionLog(status=SessionLog.START))
-            records.write(start.SerializeToString())
-        return file, records
+            file.write(tf_record(start.SerializeToString()))
+        return file
 
     def close(self) -> None:
-        file, records, self._file, self._records = self._file, self._records, None, None
-        if records is not None:
-            records.flush()
+        file, self._file = self._file, None
+        if file is not None:
+            file.flush()
             os.fsync(file.fileno())
-            records.close()
+            file.close()
 
 
 def chunk_scalars(per_seed: dict[str, np.ndarray]) -> dict[str, float]:
