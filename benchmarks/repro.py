@@ -89,7 +89,8 @@ def _classic(name: str, algo: str, env: str, value: float, spread: float) -> Ent
                  Reference(value, spread, CLEANRL_PPO if algo == "ppo" else CLEANRL_DQN), CLEANRL_DIFFERS)
 
 
-MINATAR_NOTE = "10M steps x 3 seeds: 20-60 minutes on the shared 2-core CPU, one entry at a time"
+MINATAR_NOTE = ("10M steps x 3 seeds, one entry at a time on the shared 2-core CPU: 15 minutes at load 2-6, 56-70 "
+                "minutes at load 7-54")
 GYMNAX_MINATAR = {"Asterix": 15.0, "Breakout": 28.0, "Freeway": 58.0, "SpaceInvaders": 131.0}
 """The gymnax README's checkpoint returns (its table at commit 086ad95; older READMEs show "R: ???" for MinAtar)."""
 GYMNAX_CKPT = ("gymnax README (commit 086ad95), 'Implemented Accelerated Environments': gymnax-blines' PPO/ES "
@@ -99,7 +100,10 @@ MINATAR_DIFFERS = ("gymnax: a checkpoint's return, its budget, config and evalua
                    "observation, lr 5e-3, 64 envs x 128 steps) at 10M steps; PureJaxRL's own Breakout-MinAtar plot "
                    "ends near 40 (read off a figure, not a table); the MinAtar paper (Young & Tian 2019) reports DQN "
                    "and AC(lambda), not PPO")
-MUJOCO_NOTE = "host MuJoCo at 100-200 env steps/s on 2 cores: about an hour per seed"
+MUJOCO_NOTE = ("host MuJoCo, measured with SAC x 2 seeds at once under nice 19 on the shared 2-core CPU: 95-105 env "
+               "steps/s per seed at load 3, 31-40 at load 6-7 (300k steps: 50 minutes to 2.5 hours)")
+SB3_ZOO_SAC_1M = {"HalfCheetah": "9535 ± 100", "Hopper": "2326 ± 1130"}
+"""rl-baselines3-zoo benchmark.md (its sac rows: one trained agent each, mean ± std over its evaluation episodes)."""
 GPU_NOTE = "a GPU machine's entry"
 ENTRIES = (
     _classic("ppo-cartpole", "ppo", "CartPole-v1", 492.40, 13.05),
@@ -117,11 +121,13 @@ ENTRIES = (
             Reference(value, None, GYMNAX_CKPT), MINATAR_DIFFERS, note=MINATAR_NOTE)
       for game, value in GYMNAX_MINATAR.items()),
     *(Entry(f"sac-{env.lower()}", "cpu", "Gymnasium MuJoCo", "sac", f"gym:{env}-v5", 300_000, 2, None,
-            "the SAC paper (Haarnoja et al. 2018) plots MuJoCo v1 envs to 1-3M steps: no figure at 300k recorded",
-            note=MUJOCO_NOTE)
-      for env in ("HalfCheetah", "Hopper")),
+            "the SAC paper (Haarnoja et al. 2018) plots MuJoCo v1 envs to 1-3M steps, no figure at 300k; "
+            f"rl-baselines3-zoo's benchmark.md gives one SB3 SAC agent at 1M on {env}-v3, {zoo} (deterministic, "
+            "150k evaluation steps)", note=MUJOCO_NOTE)
+      for env, zoo in SB3_ZOO_SAC_1M.items()),
     Entry("td3-halfcheetah", "cpu", "Gymnasium MuJoCo", "td3", "gym:HalfCheetah-v5", 300_000, 1, None,
-          "the TD3 paper (Fujimoto et al. 2018) tables returns at 1M steps on HalfCheetah-v1, not at 300k",
+          "the TD3 paper (Fujimoto et al. 2018) tables returns at 1M steps on HalfCheetah-v1, not at 300k; "
+          "rl-baselines3-zoo's benchmark.md gives one SB3 TD3 agent at 1M on HalfCheetah-v3, 9656 ± 970",
           note=MUJOCO_NOTE),
     Entry("td3-rlx2-halfcheetah", "cpu", "Gymnasium MuJoCo", "td3", "gym:HalfCheetah-v5", 300_000, 1, None,
           "the RLx2 paper (Tan et al. 2023) reports 3M steps; its sparsities for the env (sparse=rlx2)",
