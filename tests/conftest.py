@@ -109,10 +109,10 @@ def train_as_users_do(out, algo, env, seeds=2, steps=None, sets=(), options=()):
     return summary
 
 
-def train_on_host_as_users_do(out, algo, env, steps):
-    """`train_as_users_do` on the actor-learner runner, `--actors 2`, on the back-end the command picks: checks it
-    ran there (Ray, 2 actors) and returns summary.json."""
-    summary = train_as_users_do(out, algo, env, steps=steps, options=("--actors", "2"))
+def train_on_host_as_users_do(out, algo, env, steps, options=()):
+    """`train_as_users_do` on the actor-learner runner, `--actors 2` (and `options`), on the back-end the command
+    picks: checks it ran there (Ray, 2 actors) and returns summary.json."""
+    summary = train_as_users_do(out, algo, env, steps=steps, options=("--actors", "2", *options))
     print({k: summary.get(k) for k in ("policy_lag_mean", "fragments_dropped", "env_steps_per_s")})
     assert summary["backend"] == "ray" and summary["actors"] == 2
     return summary

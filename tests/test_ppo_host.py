@@ -153,6 +153,18 @@ def test_ppo_learns_cartpole_on_the_host(tmp_path):
     assert min(summary["final_return_per_seed"]) >= HOST_THRESHOLD, summary["final_return_per_seed"]
 
 
+@RAY_SERIAL
+def test_ppo_learns_cartpole_on_the_host_with_int8_actors(tmp_path):
+    """ActorQ's setting as a user runs it: the same command with `--actor-precision int8`, so the 2 Ray actors act
+    with an int8 copy of the fp32 learner's policy (int8 weights, activations quantized per call, as ActorQ's) while
+    PPO's ratios are taken against the actors' own log-probabilities; every seed's greedy return (the fp32 policy)
+    >= HOST_THRESHOLD, the fp32 test's bar. Draws: benchmarks/history.md, "int8 actors learn through the command"."""
+    summary = train_on_host_as_users_do(tmp_path / "run", "ppo", "gym:CartPole-v1", HOST_STEPS,
+                                        options=("--actor-precision", "int8"))
+    assert summary["actor_precision"] == "int8"
+    assert min(summary["final_return_per_seed"]) >= HOST_THRESHOLD, summary["final_return_per_seed"]
+
+
 def test_fragments_older_than_max_lag_are_dropped_and_counted(tmp_path, monkeypatch):
     """Every third fragment the actors hand over is made 10 versions old: the learner must skip each one
     (counted), learn exactly its budget of fresh ones, and never see a stale one."""

@@ -187,15 +187,18 @@ RLX2_PENDULUM_SETS = ("learning_starts=1000", "buffer_min_size=5000", "buffer_ch
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo, steps", [("td3", 12_000), ("sac", 10_000)])
-def test_rlx2_at_90_percent_learns_pendulum(tmp_path, algo, steps):
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_rlx2_at_90_percent_learns_pendulum(tmp_path, algo):
     """RLx2 TD3 and SAC at 90 % actor and critic sparsity (RigL topology, delayed 3-step target, dynamic buffer)
     through `sparqrl train ALGO --env Pendulum-v1 --seeds 2 --sparse rlx2 --actor-sparsity 0.9 --critic-sparsity
-    0.9`, the seeds spread over 2 CPU devices as the command spreads them, at the dense tests' budgets: every seed's
-    deterministic return (10 episodes) >= -400 (random play about -1,200, a good policy about -200). Measured:
-    benchmarks/history.md, "RLx2 and host learning tests through the command (issue 31 item 5)"."""
+    0.9 --steps 10000`, the seeds spread over 2 CPU devices as the command spreads them: every seed's
+    deterministic return (10 episodes) >= -400 (random play about -1,200, a good policy about -200). Measured
+    (benchmarks/history.md, "RLx2 and host learning tests through the command (issue 31 item 5)" and "Pendulum
+    learning tests at smaller budgets"): TD3 -209.9, -147.0 (the slower seed at -400 or better from 7,200 steps on),
+    SAC -200.6, -300.9; at 8,000 steps SAC's slower seed ends at -457, so 10,000 is the smallest budget tried
+    that both clear."""
     out = tmp_path / "run"
-    summary = train_as_users_do(out, algo, "Pendulum-v1", steps=steps, sets=RLX2_PENDULUM_SETS,
+    summary = train_as_users_do(out, algo, "Pendulum-v1", steps=10_000, sets=RLX2_PENDULUM_SETS,
                                 options=("--sparse", "rlx2", "--actor-sparsity", "0.9", "--critic-sparsity", "0.9"))
     config = json.loads((out / "config.json").read_text())["config"]
     assert (config["nstep"], config["dynamic_buffer"]) == (3, True)  # what rlx2 resolves to

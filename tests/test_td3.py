@@ -287,16 +287,18 @@ def test_td3_learns_pendulum(tmp_path):
     """RLx2's dense TD3 (256-256, batch 256, delayed 3-step target, dynamic buffer) on Pendulum-v1, through
     `sparqrl train td3 --seeds 2` with the seeds spread over 2 CPU devices as the command spreads them.
 
-    12,000 env steps: 1,000 random, then one gradient step each; 3-step targets after 1,200 gradient
-    steps; the dynamic buffer checked every 2,000 env steps above 5,000 transitions (it shrinks here).
-    Deterministic evaluation, 10 episodes. Random play scores about −1,200, a good policy about −200.
-    Measured in-process on the shared 2-core CPU: seeds −161 to −168. Threshold −400 on every seed.
+    8,000 env steps: 1,000 random, then one gradient step each; 3-step targets after 800 gradient steps; the
+    dynamic buffer checked every 2,000 env steps above 5,000 transitions (it shrinks here). Deterministic
+    evaluation, 10 episodes. Random play scores about −1,200, a good policy about −200. Measured through the
+    command (benchmarks/history.md, "Pendulum learning tests at smaller budgets"): seeds −168.8 and −158.3, at
+    −400 or better from 3,840 env steps on; at 6,000 steps −177.6 and −161.0. Threshold −400 on every seed.
     """
     out = tmp_path / "run"
-    summary = train_as_users_do(out, "td3", "Pendulum-v1", steps=12_000, sets=[
+    summary = train_as_users_do(out, "td3", "Pendulum-v1", steps=8_000, sets=[
         "learning_starts=1000", "nstep=3", "dynamic_buffer=true", "buffer_min_size=5000", "buffer_check_interval=2000"])
     assert min(summary["final_return_per_seed"]) >= -400
-    assert max(last_metric(out, "buffer_size")) < 12_000  # the dynamic buffer dropped old data
+    # the last chunk's mean size: 7,920 had every transition been kept, 7,316 measured
+    assert max(last_metric(out, "buffer_size")) < 7_800  # the dynamic buffer dropped old data
 
 
 HOST_STEPS = 8_000
