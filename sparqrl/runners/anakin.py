@@ -31,7 +31,7 @@ from sparqrl.algos.base import EPISODE_COUNT, EPISODE_RETURN_SUM, HParams, hpara
 from sparqrl.envs import Env, make_env
 from sparqrl.envs.custom import program_key
 from sparqrl.devices import seed_spread
-from sparqrl.runners.programs import Program, build_program, run_once_options
+from sparqrl.runners.programs import Program, build_program, run_once_options, training_options
 from sparqrl.runners.rundir import RunDir, open_run_dir, saved_sweep, start_run_dir
 from sparqrl.trust import NOTHING, Trust
 from sparqrl.runners import sweep
@@ -277,8 +277,8 @@ class AnakinDriver(WholeChunks):
         try:
             self._chunk = self._build("chunk", chunk_program(self.algo_at, self.on_update), (SEEDS, SEEDS, REPLICATED),
                                       (SEEDS, SEEDS), self.abstract_state(), self.hparams,
-                                      jax.device_put(np.int32(1), self.replicated), on_compile=self._say_compiling,
-                                      on_lowered=self._start_side_builds)
+                                      jax.device_put(np.int32(1), self.replicated), options=training_options(),
+                                      on_compile=self._say_compiling, on_lowered=self._start_side_builds)
         except BaseException:
             self.close()  # no build left running into the error's report
             raise
