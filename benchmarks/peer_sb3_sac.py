@@ -101,7 +101,8 @@ def worker(env_id: str, steps: int, seed: int, threads: int) -> dict:
             total, done = total + float(reward), terminated or truncated
         returns.append(total)
     return {"peer": "stable-baselines3", "sb3_version": stable_baselines3.__version__,
-            "torch_version": torch.__version__, "gymnasium_version": gym.__version__, "mujoco_version": mujoco.__version__, "env": env_id, "seed": seed,
+            "torch_version": torch.__version__, "gymnasium_version": gym.__version__,
+            "mujoco_version": mujoco.__version__, "env": env_id, "seed": seed,
             "steps": int(model.num_timesteps), "learn_s": learn_s, "steps_per_s": model.num_timesteps / learn_s,
             "cores_used": cores_used, "torch_threads": threads, "eval_returns": returns,
             "final_return": float(np.mean(returns)), "episodes": episodes}

@@ -424,8 +424,9 @@ def make_actor_learner(config: Config, spec: Any, fragment_steps: int = FRAGMENT
         init=init, learn=learn, policy=policy, acting=make_acting(config, spec), num_envs=num_envs,
         steps_per_env=config.num_updates,
         for_fragments=(lambda t: make_actor_learner(config, spec, t)) if stacked else None,
-        summary=sparsify.learner_summary(config, training, jax.eval_shape(
-            network.init, jax.random.key(0), jnp.zeros(spec.observation_shape, jnp.float32)), stored=("q",)),
+        summary=sparsify.learner_summary(
+            config, training, lambda: network.init(jax.random.key(0), jnp.zeros(spec.observation_shape, jnp.float32)),
+            stored=("q",)),
         joins_fragments=config.nstep > 1,  # n-step windows read consecutive rows
     )
 

@@ -104,8 +104,7 @@ def make_actor_learner(config: Config, env: Any) -> ActorLearner:
     return ActorLearner(init=init, learn=learn, policy=policy, acting=make_acting(network, env, False, None),
                         num_envs=config.num_envs, steps_per_env=config.num_updates * config.num_steps,
                         fragment_steps=config.num_steps,
-                        summary=sparsify.learner_summary(config, training,
-                                                         jax.eval_shape(lambda: init_params(jax.random.key(0)))))
+                        summary=sparsify.learner_summary(config, training, lambda: init_params(jax.random.key(0))))
 
 
 def make_algorithm(config: Config, env: Env) -> Algorithm:

@@ -309,7 +309,7 @@ def make_actor_learner(config: Config, env: Any, meta_params: MetaParams | dict 
         init=init, learn=learn, policy=policy, acting=acting,
         num_envs=config.num_envs, steps_per_env=config.num_updates * config.num_steps,
         fragment_steps=config.num_steps, on_policy=True,
-        summary=sparsify.learner_summary(config, training, jax.eval_shape(lambda: init_params(jax.random.key(0)))),
+        summary=sparsify.learner_summary(config, training, lambda: init_params(jax.random.key(0))),
     )
 
 
