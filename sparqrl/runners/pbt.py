@@ -317,7 +317,8 @@ class PBTDriver(WholeChunks):
         self.draw_key = jax.device_put(jax.random.fold_in(jax.random.PRNGKey(run.seed), 0xB7), self.sharding)
         self._said_compiling = False
         self._evaluate: Program | None = None
-        self._inflight: tuple[PBTState, dict[str, jax.Array]] | None = None
+        self._inflight: anakin.Background | None = None  # the chunk queued last: (state, metrics) once called
+        self._trips: dict[tuple[int, bool], tuple[jax.Array, jax.Array]] = {}  # (n, exploit) on the device
 
     def _init_fn(self) -> Callable[[jax.Array, HParams, jax.Array], PBTState]:
         """`(keys [M], hparams [M], key) -> PBTState`: `key`, the exploit/explore draws'."""
@@ -366,20 +367,23 @@ class PBTDriver(WholeChunks):
         if chunk < len(self.bounds):
             n = self.bounds[chunk] - (self.bounds[chunk - 1] if chunk else 0)
             last = chunk == len(self.bounds) - 1  # no exploit after the last interval: nothing trains after it
-            self._inflight = self._chunk(state, self._put(jnp.int32(n)), self._put(jnp.bool_(not last)))
+            if (n, last) not in self._trips:  # placed once per length (`AnakinDriver._launch`)
+                self._trips[n, last] = self._put(np.int32(n)), self._put(np.bool_(not last))
+            trips = self._trips[n, last]
+            self._inflight = anakin.Background(lambda: self._chunk(state, *trips), "sparqrl-chunk")  # (as Anakin's)
 
     def start(self, state: PBTState, updates_done: int, stop: Any) -> None:
         self._launch(self.bounds.index(updates_done) + 1 if updates_done else 0, state)
 
     def run_chunk(self, chunk: int) -> tuple[PBTState, dict[str, np.ndarray]]:
-        state, metrics = self._inflight
+        state, metrics = self._inflight.result()
         self._launch(chunk + 1, state)  # queued before the host logs this one (as `AnakinDriver`)
         return state, {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
 
     def evaluate(self, state: PBTState) -> np.ndarray:
         if self._evaluate is None:
             if self._inflight is not None:
-                jax.block_until_ready(self._inflight)
+                jax.block_until_ready(self._inflight.result())
             start = time.perf_counter()
             program = anakin.eval_program(self.algo_at, self.env, self.run.eval_episodes)
             self._evaluate = self._build("evaluate", program, self._init.out_info.train, self.hparams, self.eval_keys)
@@ -393,7 +397,9 @@ class PBTDriver(WholeChunks):
         return {}  # (`PBTRecords.finish` writes PBT's outputs: they need the state)
 
     def close(self) -> None:
-        self._inflight = None
+        inflight, self._inflight = self._inflight, None
+        if inflight is not None:  # nothing left running into the process's exit
+            inflight.wait()
 
 
 # ---- outputs ---------------------------------------------------------------------------------------
