@@ -57,8 +57,9 @@ def learner_summary(config: AlgoConfig, training: sparse.NetTraining, init: Call
     """The sparse fields of summary.json for a learner's tree (`sparse.summary`; none for a dense run):
     per network its sparsity, and the size, training- and inference-FLOPs ratios against the dense tree.
     `init()`: the tree's initial parameters, traced for their shapes only for a sparse run (a dense run's
-    summary costs no trace of the network's init: 0.24 s of CPU per program trace); stored: extra copies in the size ratio (DQN's
-    target network). Every network's forward and backward pass weighs 1; the actor (or the Q-network) acts."""
+    summary costs no trace of the network's init: 0.24 s of CPU per program trace); stored: extra copies in
+    the size ratio (DQN's target network). Every network's forward and backward pass weighs 1; the actor (or
+    the Q-network) acts."""
     if not config.masked:
         return {}
     abstract_params = jax.eval_shape(init)

@@ -190,13 +190,9 @@ class RunLogger:
             raise failure
 
 
-def _fmt(value: float) -> str:
-    value = float(value)
-    return "" if math.isnan(value) else f"{value:.6g}"
-
-
 def _fmt_all(values: Any) -> list[str]:
-    """`_fmt` of each value (a [seeds] array), inline over Python floats (NumPy's scalars are slow to index)."""
+    """Each value of a [seeds] array as metrics.csv holds it (6 significant digits, NaN empty), through Python
+    floats (NumPy's scalars are slow to index)."""
     return ["" if math.isnan(v) else f"{v:.6g}" for v in np.asarray(values, np.float64).tolist()]
 
 
