@@ -5,6 +5,9 @@
 #
 #   bash benchmarks/gpu_whole_command.sh download        # here, with network: wheels for Python 3.12 into .whl/
 #   bash benchmarks/gpu_whole_command.sh [SEEDS] [ROUNDS] # there (default 1,1024,4096 and 1 round); JSON to $OUT
+#   bash benchmarks/gpu_whole_command.sh kernels [SEEDS]  # there: the compiled update on both sides instead
+#       (benchmarks/kernel_counts.py: kernels per update in the GPU's optimized program, and the whole program's and
+#       the runner's env steps/s against rejax's, one round per seed count; default "1 1024"; JSON to $OUT)
 #
 # With the device tool: `echo /.whl/ >> .git/info/exclude` once, the download here, then a run that carries
 # `.whl` and calls this script (about 6 minutes for one round: 1, 1024 and 4096 seeds, both sides).
@@ -43,8 +46,6 @@ if [[ "${1:-}" == "download" ]]; then
     exit 0
 fi
 
-SEEDS="${1:-1,1024,4096}"
-ROUNDS="${2:-1}"
 OUT="${OUT:-$ROOT/out}"
 mkdir -p "$OUT"
 for side in sparqrl rejax; do
@@ -54,6 +55,17 @@ done
 nvidia-smi -L || true
 python3 -c "import jax; print('jax', jax.__version__, jax.devices())"
 export MUJOCO_GL=disable  # (no EGL library there; nothing here renders)
+if [[ "${1:-}" == "kernels" ]]; then
+    for seeds in ${2:-1 1024}; do
+        PYTHONUNBUFFERED=1 PYTHONPATH="/tmp/site-sparqrl:$ROOT" python3 "$ROOT/benchmarks/kernel_counts.py" \
+            --time 1 --runner --seeds "$seeds" --peer-python "$(command -v python3)" \
+            --peer-pythonpath "/tmp/site-rejax:/tmp/site-sparqrl" --sparqrl-pythonpath "/tmp/site-sparqrl:$ROOT" \
+            --json "$OUT/kernels_$seeds.json" 2>&1 | tee "$OUT/kernels_$seeds.log"
+    done
+    exit 0
+fi
+SEEDS="${1:-1,1024,4096}"
+ROUNDS="${2:-1}"
 PYTHONUNBUFFERED=1 python3 "$ROOT/benchmarks/whole_command.py" --seeds "$SEEDS" --rounds "$ROUNDS" \
     --sparqrl-python "$(command -v python3)" --sparqrl-pythonpath "/tmp/site-sparqrl:$ROOT" \
     --peer-python "$(command -v python3)" --peer-pythonpath "/tmp/site-rejax:/tmp/site-sparqrl" \

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -166,9 +167,12 @@ def runner_timer(updates: int, seeds: int) -> dict:
             "whole_run_env_steps_per_s": max(s["env_steps_per_s"] for s in summaries[1:])}
 
 
-def run_side(side: str, *flags: str) -> dict:
-    python = str(PEER_PYTHON) if side == "rejax" else sys.executable
-    proc = subprocess.run([python, __file__, "--side", side, *flags], capture_output=True, text=True, cwd=ROOT)
+def run_side(side: str, *flags: str, pythons: dict[str, tuple[str, str | None]]) -> dict:
+    """`side`'s worker in a fresh process; `pythons`: per side (interpreter, PYTHONPATH or None)."""
+    python, path = pythons["rejax" if side == "rejax" else "sparqrl"]
+    env = {**os.environ, "PYTHONPATH": path} if path else None
+    proc = subprocess.run([python, __file__, "--side", side, *flags], capture_output=True, text=True, cwd=ROOT,
+                          env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{side} failed: {proc.stderr.strip()[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -183,16 +187,21 @@ def main() -> None:
     parser.add_argument("--side", choices=("sparqrl", "rejax", "runner"), help=argparse.SUPPRESS)
     parser.add_argument("--timer", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--peer-python", type=Path, default=PEER_PYTHON, help="rejax's interpreter (a GPU machine's)")
+    parser.add_argument("--peer-pythonpath", default=None, help="PYTHONPATH of the rejax side (a GPU machine's)")
+    parser.add_argument("--sparqrl-pythonpath", default=None, help="PYTHONPATH of the sparqrl side (a GPU machine's)")
     args = parser.parse_args()
+    pythons = {"sparqrl": (sys.executable, args.sparqrl_pythonpath),
+               "rejax": (str(args.peer_python), args.peer_pythonpath)}
     if args.side == "runner":
         print(json.dumps(runner_timer(976, args.seeds)))
         return
     if args.side:
         print(json.dumps(timer(args.side, 976, args.seeds) if args.timer else worker(args.side, args.updates)))
         return
-    if not PEER_PYTHON.exists():
-        raise SystemExit(f"{PEER_PYTHON} not found: run `bash benchmarks/setup_rejax.sh` first")
-    results = {side: run_side(side, "--updates", str(args.updates)) for side in ("sparqrl", "rejax")}
+    if not args.peer_python.exists():
+        raise SystemExit(f"{args.peer_python} not found: run `bash benchmarks/setup_rejax.sh` first")
+    results = {side: run_side(side, "--updates", str(args.updates), pythons=pythons) for side in ("sparqrl", "rejax")}
     print(f"PPO CartPole-v1, 1 seed, jax {results['sparqrl']['jax']} / {results['rejax']['jax']}: kernels per update")
     print(f"  {'':38s} {'sparqrl':>8s} {'rejax':>8s}")
     print(f"  {'executed per update (loops unrolled)':38s} {results['sparqrl']['per_update']:>8,} "
@@ -207,7 +216,7 @@ def main() -> None:
     timings = []
     sides = ("sparqrl", "runner", "rejax") if args.runner else ("sparqrl", "rejax")
     for round_ in range(args.time):
-        timed = {side: run_side(side, "--timer", "--seeds", str(args.seeds)) for side in sides}
+        timed = {side: run_side(side, "--timer", "--seeds", str(args.seeds), pythons=pythons) for side in sides}
         timings.append(timed)
         r = timed["rejax"]["env_steps_per_s"]
         line = ", ".join(f"{side} {timed[side]['env_steps_per_s']:,.0f} ({timed[side]['env_steps_per_s'] / r:.3f}x)"
