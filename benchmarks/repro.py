@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/repro.py --suite cpu --list                      # the entries, references, status
     nice -n 15 .venv/bin/python benchmarks/repro.py --suite cpu --only ppo-cartpole,dqn-cartpole
     .venv/bin/python benchmarks/repro.py --suite gpu --only ppo-atari-breakout  # on a GPU machine
+    bash benchmarks/gpu_whole_command.sh repro ppo-breakout-minatar-16           # one without network access
 
 Each entry is one `sparqrl train ALGO --env ENV --steps BUDGET --seeds N [--set ...]` in a subprocess (the path a
 user's command takes). Its summary.json (`final_return_per_seed`: each seed's deterministic policy over its final
@@ -192,7 +193,11 @@ def command(entry: Entry, out: Path) -> list[str]:
 
 
 def commit() -> str:
-    """This checkout's commit, `+dirty` when its sparqrl/ has uncommitted changes."""
+    """This checkout's commit, `+dirty` when its sparqrl/ has uncommitted changes; $REPRO_COMMIT where the tree
+    has no git (a GPU machine's copy: benchmarks/gpu_whole_command.sh)."""
+    if os.environ.get("REPRO_COMMIT"):
+        return os.environ["REPRO_COMMIT"]
+
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
     head = git("rev-parse", "--short=10", "HEAD") or "unknown"
@@ -244,6 +249,15 @@ def replace_rows(path: Path, entry: str, rows: list[dict]) -> None:
         w.writerows(kept[:at] + rows + kept[at:])
 
 
+def sparqrl_command() -> list[str]:
+    """The `sparqrl` script beside this interpreter, or its entry point run by the interpreter where sparqrl is on
+    PYTHONPATH but not installed (a GPU machine's: benchmarks/gpu_whole_command.sh)."""
+    script = Path(sys.executable).with_name("sparqrl")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from sparqrl.entry import console; sys.argv[0] = 'sparqrl'; console()"]
+
+
 def run_entry(entry: Entry, out: Path, runs: Path) -> bool:
     """Train `entry` in a subprocess and record it under `out`; False (and nothing recorded) when it failed."""
     run_dir = runs / entry.name
@@ -251,14 +265,15 @@ def run_entry(entry: Entry, out: Path, runs: Path) -> bool:
     print(f"{entry.name}: sparqrl {' '.join(argv)}", flush=True)
     head = commit()  # the code the run imports: taken before it, as others may commit during a long run
     start = time.perf_counter()
-    done = subprocess.run([str(Path(sys.executable).with_name("sparqrl")), *argv], capture_output=True, text=True)
+    done = subprocess.run([*sparqrl_command(), *argv], capture_output=True, text=True)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         print(f"  FAILED ({wall:.0f} s): {(done.stderr.strip().splitlines() or ['exit %d' % done.returncode])[-1]}")
         return False
     summary = json.loads((run_dir / "summary.json").read_text())
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    where = machine()
+    device = summary.get("device", "cpu")
+    where = machine() if device.startswith("cpu") else f"{device} ({machine()})"
     rows = [{"entry": entry.name, "seed": i, "final_return": f"{float(r):.2f}", "budget": summary["steps"],
              "wall_time_s": f"{summary['wall_time_s']:.1f}", "commit": head, "date": stamp, "machine": where}
             for i, r in enumerate(summary["final_return_per_seed"])]
