@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from whole_command import ENTRY  # (benchmarks/ is first on sys.path: this script's folder)
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 SUITES = ("cpu", "gpu")
@@ -255,7 +257,7 @@ def sparqrl_command() -> list[str]:
     script = Path(sys.executable).with_name("sparqrl")
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "import sys; from sparqrl.entry import console; sys.argv[0] = 'sparqrl'; console()"]
+    return [sys.executable, "-c", ENTRY]
 
 
 def run_entry(entry: Entry, out: Path, runs: Path) -> bool:

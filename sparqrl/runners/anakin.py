@@ -210,11 +210,48 @@ class Background:
         return self._value
 
 
+class QueuedChunks(WholeChunks):
+    """A whole-chunk driver that queues each chunk before the host works on the one before, called on a thread of
+    its own: on a GPU the call returns only when the chunk is done (XLA:GPU's host drives the while loop, reading
+    its condition back each update), and the host's work between chunks (logging, evaluation, checkpoints: 7 s of
+    a 4096-seed run on an H200) then stalled the device instead of overlapping it; on the CPU the call returns at
+    once anyway. The driver sets `bounds`, `_inflight = None` and `_trips = {}`, and says how a chunk is called."""
+
+    bounds: list[int]
+    _inflight: Background | None  # the chunk queued last: (state, metrics) once called
+    _trips: dict[tuple[int, bool], tuple[jax.Array, ...]]  # `_place_trips`' arrays, by (updates, last chunk)
+
+    def _place_trips(self, updates: int, last: bool) -> tuple[jax.Array, ...]:
+        """The chunk program's trip arguments on the devices (placed once per length, not per chunk)."""
+        raise NotImplementedError
+
+    def _call_chunk(self, state: Any, trips: tuple[jax.Array, ...]) -> tuple[Any, Any]:
+        """The chunk program called on `state`: (state, metrics), on the devices."""
+        raise NotImplementedError
+
+    def _launch(self, chunk: int, state: Any) -> None:
+        if chunk < len(self.bounds):
+            n = self.bounds[chunk] - (self.bounds[chunk - 1] if chunk else 0)
+            last = chunk == len(self.bounds) - 1
+            if (n, last) not in self._trips:
+                self._trips[n, last] = self._place_trips(n, last)
+            trips = self._trips[n, last]
+            self._inflight = Background(lambda: self._call_chunk(state, trips), "sparqrl-chunk")
+
+    def start(self, state: Any, updates_done: int, stop: Any) -> None:
+        self._launch(self.bounds.index(updates_done) + 1 if updates_done else 0, state)
+
+    def run_chunk(self, chunk: int) -> tuple[Any, dict[str, np.ndarray]]:
+        state, metrics = self._inflight.result()
+        self._launch(chunk + 1, state)  # queued before the host logs, evaluates and checkpoints this one
+        return state, {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
+
+
 # ---------------------------------------------------------------------------------------------
 # The run
 
 
-class AnakinDriver(WholeChunks):
+class AnakinDriver(QueuedChunks):
     """The on-device run for the shared session loop (`sparqrl.runners.session`)."""
 
     def __init__(self, algo_at: Callable[[HParams], Algorithm], env: Env, run: RunConfig, describe: str,
@@ -249,8 +286,8 @@ class AnakinDriver(WholeChunks):
         # (placed from NumPy: a jnp array first would compile a copy program on a cold start, as jnp.int32 would)
         self.hparams = jax.device_put({k: np.asarray(v) for k, v in hparams.items()}, self.sharding)
         self.keys, self.eval_keys = jax.device_put(run_keys(run.seed, run.seeds, self.members), self.sharding)
-        self._inflight: Background | None = None  # the chunk queued last: (state, metrics) once called
-        self._trips: dict[int, jax.Array] = {}  # a chunk's update count on the devices, by count
+        self._inflight: Background | None = None
+        self._trips: dict[tuple[int, bool], tuple[jax.Array, ...]] = {}
 
     def abstract_state(self) -> Any:
         """The state's shapes, dtypes and shardings (traced once: the memory check, the programs and a restore)."""
@@ -318,31 +355,15 @@ class AnakinDriver(WholeChunks):
     def init_state(self) -> Any:
         return self._init(self.keys, self.hparams)
 
-    def _launch(self, chunk: int, state: Any) -> None:
-        """Queue chunk `chunk` from `state`, called on a thread of its own: on a GPU the call returns only
-        when the chunk is done (XLA:GPU's host drives the while loop, reading its condition back each update),
-        and the host's work between chunks (logging, evaluation, checkpoints: 7 s of a 4096-seed run on an H200)
-        then stalled the device instead of overlapping it; on the CPU the call returns at once anyway."""
-        if chunk < len(self.bounds):
-            n = self.bounds[chunk] - (self.bounds[chunk - 1] if chunk else 0)
-            if n not in self._trips:  # placed once per length, as the program expects it (replicated over devices)
-                self._trips[n] = jax.device_put(np.int32(n), self.replicated)
-            trips = self._trips[n]
-            self._inflight = Background(lambda: self._chunk(state, self.hparams, trips), "sparqrl-chunk")
+    def _place_trips(self, updates: int, last: bool) -> tuple[jax.Array, ...]:
+        return (jax.device_put(np.int32(updates), self.replicated),)  # replicated over devices, as the program expects
 
-    def start(self, state: Any, updates_done: int, stop: Any) -> None:
-        self._launch(self.bounds.index(updates_done) + 1 if updates_done else 0, state)
+    def _call_chunk(self, state: Any, trips: tuple[jax.Array, ...]) -> tuple[Any, Any]:
+        return self._chunk(state, self.hparams, *trips)
 
     def _evaluation_program(self) -> Program:
         return self._build("evaluate", eval_program(self.algo_at, self.env, self.run.eval_episodes),
                            (SEEDS, SEEDS, SEEDS), SEEDS, self.abstract_state(), self.hparams, self.eval_keys)
-
-    def run_chunk(self, chunk: int) -> tuple[Any, dict[str, np.ndarray]]:
-        state, metrics = self._inflight.result()
-        # queue the next chunk before the host works on this one, so logging, evaluation and
-        # checkpointing overlap with training instead of stalling the device
-        self._launch(chunk + 1, state)
-        return state, {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
 
     def chunk(self, state: Any, updates: int) -> tuple[Any, dict[str, np.ndarray]]:
         """`updates` updates of every member from `state` (host arrays), nothing queued after it: a sweep slice's

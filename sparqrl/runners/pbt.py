@@ -49,7 +49,7 @@ from sparqrl.runners.checkpoint import Checkpointer
 from sparqrl.runners.programs import Program, build_program, run_once_options
 from sparqrl.runners.rundir import CONFIG, SUMMARY, RunDir, new_run_dir, open_run_dir
 from sparqrl.runners.run_config import RunConfig
-from sparqrl.runners.session import (ChunkHook, TrainRecords, WholeChunks, check_memory, device_name, finished_summary,
+from sparqrl.runners.session import (ChunkHook, TrainRecords, check_memory, device_name, finished_summary,
                                      notify, program_store, run_session, use_compile_cache)
 from sparqrl.trust import NOTHING, Trust, require_trusted
 
@@ -289,7 +289,7 @@ def one_device() -> NamedSharding:
     return NamedSharding(Mesh(np.array(jax.devices()[:1]), ("seeds",)), PartitionSpec())
 
 
-class PBTDriver(WholeChunks):
+class PBTDriver(anakin.QueuedChunks):
     """A PBT run for the shared session loop: a `TrainDriver` whose state is a `PBTState`."""
 
     def __init__(self, algo_name: str, module: Any, algo_config: Any, env: Any, run: RunConfig, pbt: PBTConfig):
@@ -317,8 +317,8 @@ class PBTDriver(WholeChunks):
         self.draw_key = jax.device_put(jax.random.fold_in(jax.random.PRNGKey(run.seed), 0xB7), self.sharding)
         self._said_compiling = False
         self._evaluate: Program | None = None
-        self._inflight: anakin.Background | None = None  # the chunk queued last: (state, metrics) once called
-        self._trips: dict[tuple[int, bool], tuple[jax.Array, jax.Array]] = {}  # (n, exploit) on the device
+        self._inflight: anakin.Background | None = None
+        self._trips: dict[tuple[int, bool], tuple[jax.Array, ...]] = {}
 
     def _init_fn(self) -> Callable[[jax.Array, HParams, jax.Array], PBTState]:
         """`(keys [M], hparams [M], key) -> PBTState`: `key`, the exploit/explore draws'."""
@@ -363,22 +363,11 @@ class PBTDriver(WholeChunks):
     def init_state(self) -> PBTState:
         return self._init(self.keys, self.hparams, self.draw_key)
 
-    def _launch(self, chunk: int, state: PBTState) -> None:
-        if chunk < len(self.bounds):
-            n = self.bounds[chunk] - (self.bounds[chunk - 1] if chunk else 0)
-            last = chunk == len(self.bounds) - 1  # no exploit after the last interval: nothing trains after it
-            if (n, last) not in self._trips:  # placed once per length (`AnakinDriver._launch`)
-                self._trips[n, last] = self._put(np.int32(n)), self._put(np.bool_(not last))
-            trips = self._trips[n, last]
-            self._inflight = anakin.Background(lambda: self._chunk(state, *trips), "sparqrl-chunk")  # (as Anakin's)
+    def _place_trips(self, updates: int, last: bool) -> tuple[jax.Array, ...]:
+        return self._put(np.int32(updates)), self._put(np.bool_(not last))  # no exploit after the last interval
 
-    def start(self, state: PBTState, updates_done: int, stop: Any) -> None:
-        self._launch(self.bounds.index(updates_done) + 1 if updates_done else 0, state)
-
-    def run_chunk(self, chunk: int) -> tuple[PBTState, dict[str, np.ndarray]]:
-        state, metrics = self._inflight.result()
-        self._launch(chunk + 1, state)  # queued before the host logs this one (as `AnakinDriver`)
-        return state, {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
+    def _call_chunk(self, state: PBTState, trips: tuple[jax.Array, ...]) -> tuple[PBTState, Any]:
+        return self._chunk(state, *trips)
 
     def evaluate(self, state: PBTState) -> np.ndarray:
         if self._evaluate is None:
