@@ -11,7 +11,7 @@ import pytest
 
 from conftest import RAY_SERIAL, train_as_users_do, train_on_host_as_users_do
 from sparqrl.algos import a2c
-from sparqrl.algos.base import Step
+from sparqrl.algos.base import Step, actor_critic_optimizer
 from sparqrl.algos.ppo import train as ppo_train
 from sparqrl.config import ConfigError
 from sparqrl.envs import make_env
@@ -81,10 +81,10 @@ def test_the_learners_a2c_loss_matches_numpy(lam):
 
 
 def test_rmsprop_is_tf1s_eps_inside_the_root_from_ones():
-    """`make_optimizer`'s RMSProp as TF1 (Baselines' a2c) steps: ms starts at 1, ms ← α ms + (1 - α) g², step
+    """`actor_critic_optimizer`'s RMSProp as TF1 (Baselines' a2c) steps: ms starts at 1, ms ← α ms + (1 - α) g², step
     -lr g / sqrt(ms + ε), after the global-norm clip; three steps of a NumPy loop, no annealing."""
     config = a2c.Config(lr=0.1, rmsprop_alpha=0.9, rmsprop_eps=0.01, max_grad_norm=1.0, anneal_lr=False)
-    optimizer = a2c.make_optimizer(config)
+    optimizer = actor_critic_optimizer(config)
     params = {"w": jnp.array([1.0, -2.0]), "b": jnp.array([0.5])}
     grads = [{"w": jnp.array([0.3, -0.2]), "b": jnp.array([0.1])}, {"w": jnp.array([3.0, 0.0]), "b": jnp.array([-4.0])},
              {"w": jnp.array([0.01, 0.02]), "b": jnp.array([0.0])}]
@@ -127,7 +127,7 @@ def test_adam_is_an_option():
     config = a2c.Config(lr=0.1, max_grad_norm=100.0, anneal_lr=False, optimizer="adam")
     params = {"w": jnp.array([1.0, -2.0, 3.0])}
     grads = {"w": jnp.array([0.3, -0.2, 0.0])}
-    optimizer = a2c.make_optimizer(config)
+    optimizer = actor_critic_optimizer(config)
     updates, _ = optimizer.update(grads, optimizer.init(params), params)
     g = np.asarray(grads["w"])
     np.testing.assert_allclose(np.asarray(updates["w"]), -0.1 * g / (np.abs(g) + 1e-5), rtol=1e-5, atol=1e-7)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import RAY_SERIAL, train_as_users_do, train_on_host_as_users_do
-from sparqrl import cli, presets
+from sparqrl import cli, config as cfg, presets
 from sparqrl.algos import impala
 from sparqrl.algos.impala import train as impala_train
 from sparqrl.algos.base import Step
@@ -64,7 +64,7 @@ def test_loss_matches_numpy():
 
 
 def test_impala_learns_cartpole_on_device(tmp_path):
-    """The defaults (8 envs x 20 steps, the IMPALA paper's unroll and gradient clip 40; Adam 4e-3 annealed,
+    """The defaults (8 envs x 20 steps, the IMPALA paper's unroll, gradient clip 40 and RMSProp; 4e-3 annealed,
     entropy 0.003), 500k steps, through `sparqrl train --seeds 2` over 2 CPU devices: every seed >= 400."""
     summary = train_as_users_do(tmp_path / "run", "impala", "CartPole-v1")
     assert min(summary["final_return_per_seed"]) >= 400.0, summary["final_return_per_seed"]
@@ -90,6 +90,17 @@ def test_impala_learns_cartpole_on_the_host(tmp_path):
     # Every seed clears HOST_THRESHOLD, which the rare seed still on a plateau (1 in 80, ~155) also clears, and the
     # better seed the 400 of the former one-seed test (both seeds on a plateau: about 1 run in 6,400).
     assert min(returns) >= HOST_THRESHOLD and max(returns) >= 400.0, returns
+
+
+def test_a_run_saved_before_rmsprop_resumes_with_adam():
+    """IMPALA's optimizer became TF1's RMSProp (epsilon 0.01, the paper's); a config.json saved before it (every
+    field but the optimizer's) loads with the Adam its checkpoint holds, a partial file with today's default."""
+    saved = cfg.to_dict(impala.Config())
+    for name in ("optimizer", "rmsprop_alpha", "rmsprop_eps"):
+        saved.pop(name)
+    assert cfg.from_dict(impala.Config, saved).optimizer == "adam"
+    assert cfg.from_dict(impala.Config, {"lr": 1e-3}).optimizer == "rmsprop"
+    assert (impala.Config().optimizer, impala.Config().rmsprop_eps) == ("rmsprop", 0.01)
 
 
 def test_on_device_fragments_are_on_policy():

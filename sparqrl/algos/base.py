@@ -95,6 +95,22 @@ def clipped_adam(learning_rate: float | optax.Schedule, max_grad_norm: float | j
     return optax.flatten(adam)
 
 
+def actor_critic_optimizer(config: Any) -> optax.GradientTransformation:
+    """The optimizer after global-norm clipping to max_grad_norm, on all parameters raveled into one vector (as
+    `clipped_adam`), its rate annealed linearly to 0 over the run's updates if asked.
+
+    rmsprop is TF1's `RMSPropOptimizer`, which the A2C and IMPALA papers and Baselines' a2c use: ms ← α·ms +
+    (1 − α)·g², starting at ms = 1, and the step lr·g / sqrt(ms + ε), ε inside the square root (optax's `eps_in_sqrt=True`,
+    `initial_scale=1`; PyTorch's and SB3's RMSprop start at 0 and add ε outside, lr·g / (sqrt(ms) + ε)).
+    adam: Adam with ε 1e-5, as PPO's."""
+    learning_rate = optax.linear_schedule(config.lr, 0.0, config.num_updates) if config.anneal_lr else config.lr
+    if config.optimizer == "adam":
+        return clipped_adam(learning_rate, config.max_grad_norm, eps=1e-5)
+    rmsprop = optax.rmsprop(learning_rate, decay=config.rmsprop_alpha, eps=config.rmsprop_eps, initial_scale=1.0,
+                            eps_in_sqrt=True)
+    return optax.flatten(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), rmsprop))
+
+
 def make_train_fn(algo: Algorithm) -> Callable[[jax.Array], tuple[Any, dict[str, jax.Array]]]:
     """The whole run of one built algorithm (its hyperparameters constants) as one pure function
     `train(key) -> (state, metrics [num_updates])`."""

@@ -23,6 +23,7 @@ from sparqrl.envs import Box, Discrete
 # help, does not import flax. The names are keys of `sparqrl.nets.modules.ACTIVATIONS` (a test checks).
 Activation = Literal["relu", "tanh"]
 Torso = Literal["auto", "mlp"]
+Optimizer = Literal["rmsprop", "adam"]
 MemoryCell = Literal["none", "lstm", "gru"]  # "none" and the keys of `sparqrl.nets.memory.CELLS` (a test checks)
 
 # The sparse choices as Literals, so tyro's help and `--set` parsing list them; they match `sparse.ALLOCATIONS`
@@ -268,3 +269,26 @@ class ActorCriticConfig(AdamConfig):
         """The env's actions are Discrete or Box, the two the actor-critic heads handle."""
         require(isinstance(env.action_space, (Discrete, Box)), "env", getattr(env, "name", env),
                 f"{algo} needs a Discrete or Box action space")
+
+
+@dataclasses.dataclass(frozen=True)
+class RMSPropActorCriticConfig(ActorCriticConfig):
+    """An actor-critic whose optimizer is TF1's RMSProp by default (A2C and IMPALA, as their papers train), or Adam
+    (`base.actor_critic_optimizer`)."""
+
+    optimizer: Optimizer = "rmsprop"
+    """rmsprop (TF1's RMSProp, the papers' and Baselines': see rmsprop_alpha / rmsprop_eps) or adam (eps 1e-5,
+    as PPO's), after the global-norm clip to max_grad_norm."""
+
+    rmsprop_alpha: float = 0.99
+    """RMSProp's decay of its running mean of squared gradients (optimizer=rmsprop)."""
+
+    rmsprop_eps: float = 1e-5
+    """RMSProp's epsilon, added inside the square root as TF1's RMSProp does: step = lr * g / sqrt(ms + eps), with
+    ms starting at 1 as TF1's (optimizer=rmsprop)."""
+
+    def check_fields(self) -> None:
+        super().check_fields()
+        one_of("optimizer", self.optimizer, get_args(Optimizer))
+        in_unit_interval("rmsprop_alpha", self.rmsprop_alpha, closed_right=False)
+        positive("rmsprop_eps", self.rmsprop_eps)

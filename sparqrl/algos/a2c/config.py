@@ -6,16 +6,13 @@ CartPole-v1 setting, measured in BENCHMARKS.md, "A2C (issue 36, item 1)"."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar
 
-from sparqrl.algos.config import ActorCriticConfig
-from sparqrl.config import in_unit_interval, one_of, positive
-
-Optimizer = Literal["rmsprop", "adam"]
-
+from sparqrl.algos.config import RMSPropActorCriticConfig
+from sparqrl.config import in_unit_interval
 
 @dataclasses.dataclass(frozen=True)
-class Config(ActorCriticConfig):
+class Config(RMSPropActorCriticConfig):
     """Advantage actor-critic, the synchronous form of A3C (Mnih et al. 2016, arXiv 1602.01783) as OpenAI
     Baselines popularised it: num_envs environments step in lockstep, and each fragment of num_steps steps of
     each is one gradient step on n-step returns bootstrapped from V of the last observation (GAE with
@@ -40,17 +37,6 @@ class Config(ActorCriticConfig):
     within the fragment (cut at episode ends, a time-limit truncation bootstrapping from its final observation);
     lower values trade variance for bias."""
 
-    optimizer: Optimizer = "rmsprop"
-    """rmsprop (the paper's and Baselines': TF1's RMSProp, see rmsprop_alpha / rmsprop_eps) or adam (eps 1e-5,
-    as PPO's), after the global-norm clip to max_grad_norm."""
-
-    rmsprop_alpha: float = 0.99
-    """RMSProp's decay of its running mean of squared gradients (optimizer=rmsprop)."""
-
-    rmsprop_eps: float = 1e-5
-    """RMSProp's epsilon, added inside the square root as TF1's RMSProp (Baselines) does:
-    step = lr * g / sqrt(ms + eps), with ms starting at 1 as TF1's (optimizer=rmsprop)."""
-
     normalize_obs: bool = False
     """Scale observations by a running mean and variance, held by the learner and saved with the policy."""
 
@@ -65,8 +51,5 @@ class Config(ActorCriticConfig):
         """Raise `ConfigError` for a bad value; runs on the host, before anything is traced."""
         self.check_fields()
         in_unit_interval("gae_lambda", self.gae_lambda)
-        one_of("optimizer", self.optimizer, get_args(Optimizer))
-        in_unit_interval("rmsprop_alpha", self.rmsprop_alpha, closed_right=False)
-        positive("rmsprop_eps", self.rmsprop_eps)
         self.check_actions(env, "A2C")
         return self

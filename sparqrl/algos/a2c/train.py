@@ -11,34 +11,17 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import jax
-import optax
 
 from sparqrl.algos import sparsify
 from sparqrl.algos.a2c.config import Config
 from sparqrl.algos.a2c.losses import a2c_loss
-from sparqrl.algos.base import ActorLearner, Algorithm, clipped_adam, has_tracers, make_hparams_train_fn, on_device
+from sparqrl.algos.base import ActorLearner, Algorithm, actor_critic_optimizer, has_tracers, make_hparams_train_fn, on_device
 from sparqrl.algos.ppo import train as ppo_train
 from sparqrl.envs import Env
 
 
-def make_optimizer(config: Config) -> optax.GradientTransformation:
-    """The optimizer after global-norm clipping to max_grad_norm, on all parameters raveled into one vector (as
-    `clipped_adam`), its rate annealed linearly to 0 over the run's updates if asked.
-
-    rmsprop is TF1's `RMSPropOptimizer`, which the paper and Baselines' a2c use: ms ← α·ms + (1 − α)·g², starting
-    at ms = 1, and the step lr·g / sqrt(ms + ε), ε inside the square root (optax's `eps_in_sqrt=True`,
-    `initial_scale=1`; PyTorch's and SB3's RMSprop start at 0 and add ε outside, lr·g / (sqrt(ms) + ε)).
-    adam: Adam with ε 1e-5, as PPO's."""
-    learning_rate = optax.linear_schedule(config.lr, 0.0, config.num_updates) if config.anneal_lr else config.lr
-    if config.optimizer == "adam":
-        return clipped_adam(learning_rate, config.max_grad_norm, eps=1e-5)
-    rmsprop = optax.rmsprop(learning_rate, decay=config.rmsprop_alpha, eps=config.rmsprop_eps, initial_scale=1.0,
-                            eps_in_sqrt=True)
-    return optax.flatten(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), rmsprop))
-
-
 def a2c_rule(config: Config) -> ppo_train.Rule:
-    """A2C's `Rule` for PPO's learner: `make_optimizer` (masked and scheduled when `config.sparse` is) and
+    """A2C's `Rule` for PPO's learner: `base.actor_critic_optimizer` (masked and scheduled when `config.sparse` is) and
     `a2c_loss` on the fragment's advantages and returns."""
 
     def loss(log_prob: jax.Array, values: jax.Array, entropy: jax.Array, batch: ppo_train.Batch
@@ -46,7 +29,7 @@ def a2c_rule(config: Config) -> ppo_train.Rule:
         return a2c_loss(log_prob, values, entropy, batch.advantages, batch.targets, vf_coef=config.vf_coef,
                         ent_coef=config.ent_coef)
 
-    return ppo_train.Rule(sparsify.learner_training(config, make_optimizer(config), config.num_updates), loss)
+    return ppo_train.Rule(sparsify.learner_training(config, actor_critic_optimizer(config), config.num_updates), loss)
 
 
 def make_actor_learner(config: Config, env: Any) -> ActorLearner:

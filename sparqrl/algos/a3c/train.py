@@ -67,7 +67,7 @@ def make_actor_learner(config: Config, env: Any) -> ActorLearner:
 
 def make_gradient_learner(config: Config, env: Any) -> GradientLearner:
     """A3C's two halves (module docstring) for a host env spec: the gradient of A2C's learner on a fragment, and
-    A2C's optimizer (`a2c.make_optimizer`) applying it to the learner of `make_actor_learner`."""
+    A2C's optimizer (`base.actor_critic_optimizer`) applying it to the learner of `make_actor_learner`."""
     config = config.validate(env)
     computing = ppo_train.make_actor_learner(config, env, unroll=True,
                                              rule=ppo_train.Rule(sparse.NetTraining(keep_gradient()),

@@ -25,7 +25,7 @@ from sparqrl import sparse
 from sparqrl.algos import sparsify
 from sparqrl.algos.actor_critic import PolicyParams, make_acting, make_network
 from sparqrl.algos.base import (
-    ActorLearner, Algorithm, Step, clipped_adam, has_tracers, make_hparams_train_fn, on_device,
+    ActorLearner, Algorithm, Step, actor_critic_optimizer, has_tracers, make_hparams_train_fn, on_device,
 )
 from sparqrl.algos.impala.config import Config
 from sparqrl.algos.recurrent import fragment_outputs
@@ -68,9 +68,7 @@ def make_actor_learner(config: Config, env: Any) -> ActorLearner:
     obs_shape = tuple(env.observation_shape)
     check_torsos(config, obs_shape, ("actor", "critic"))
     network = make_network(config, env)
-    learning_rate = optax.linear_schedule(config.lr, 0.0, config.num_updates) if config.anneal_lr else config.lr
-    training = sparsify.learner_training(config, clipped_adam(learning_rate, config.max_grad_norm, eps=1e-5),
-                                         config.num_updates)
+    training = sparsify.learner_training(config, actor_critic_optimizer(config), config.num_updates)
     optimizer = sparse.transform(training)
     def init_params(key: jax.Array) -> Any:
         return network.init(key, jnp.zeros((1, *obs_shape), jnp.float32))
