@@ -210,6 +210,11 @@ class Background:
         return self._value
 
 
+def host_metrics(metrics: dict[str, jax.Array]) -> dict[str, np.ndarray]:
+    """A chunk's metrics fetched to the host, as NumPy arrays."""
+    return {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
+
+
 class QueuedChunks(WholeChunks):
     """A whole-chunk driver that queues each chunk before the host works on the one before, called on a thread of
     its own: on a GPU the call returns only when the chunk is done (XLA:GPU's host drives the while loop, reading
@@ -244,7 +249,7 @@ class QueuedChunks(WholeChunks):
     def run_chunk(self, chunk: int) -> tuple[Any, dict[str, np.ndarray]]:
         state, metrics = self._inflight.result()
         self._launch(chunk + 1, state)  # queued before the host logs, evaluates and checkpoints this one
-        return state, {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
+        return state, host_metrics(metrics)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,9 +373,8 @@ class AnakinDriver(QueuedChunks):
     def chunk(self, state: Any, updates: int) -> tuple[Any, dict[str, np.ndarray]]:
         """`updates` updates of every member from `state` (host arrays), nothing queued after it: a sweep slice's
         Ray task (`sweep_workers.SweepSlice`)."""
-        updates_n = jax.device_put(np.int32(updates), self.replicated)
-        state, metrics = self._chunk(jax.device_put(state, self.sharding), self.hparams, updates_n)
-        return state, {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
+        state, metrics = self._call_chunk(jax.device_put(state, self.sharding), self._place_trips(updates, True))
+        return state, host_metrics(metrics)
 
     def evaluate(self, state: Any) -> np.ndarray:
         if self._evaluate is None:  # the first evaluation: the program compiled since `build` (or now: no `build`)

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from sparqrl.algos.config import RMSPropActorCriticConfig
 from sparqrl.config import in_unit_interval
 
+
 @dataclasses.dataclass(frozen=True)
 class Config(RMSPropActorCriticConfig):
     """Advantage actor-critic, the synchronous form of A3C (Mnih et al. 2016, arXiv 1602.01783) as OpenAI

@@ -15,14 +15,16 @@ import jax
 from sparqrl.algos import sparsify
 from sparqrl.algos.a2c.config import Config
 from sparqrl.algos.a2c.losses import a2c_loss
-from sparqrl.algos.base import ActorLearner, Algorithm, actor_critic_optimizer, has_tracers, make_hparams_train_fn, on_device
+from sparqrl.algos.base import (
+    ActorLearner, Algorithm, actor_critic_optimizer, has_tracers, make_hparams_train_fn, on_device,
+)
 from sparqrl.algos.ppo import train as ppo_train
 from sparqrl.envs import Env
 
 
 def a2c_rule(config: Config) -> ppo_train.Rule:
-    """A2C's `Rule` for PPO's learner: `base.actor_critic_optimizer` (masked and scheduled when `config.sparse` is) and
-    `a2c_loss` on the fragment's advantages and returns."""
+    """A2C's `Rule` for PPO's learner: `base.actor_critic_optimizer` (masked and scheduled when `config.sparse` is)
+    and `a2c_loss` on the fragment's advantages and returns."""
 
     def loss(log_prob: jax.Array, values: jax.Array, entropy: jax.Array, batch: ppo_train.Batch
              ) -> tuple[jax.Array, dict[str, jax.Array]]:
