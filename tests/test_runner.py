@@ -84,6 +84,33 @@ def test_the_evaluation_program_is_built_at_the_first_evaluation(tmp_path):
     assert driver.compile_time_s == with_evaluation
 
 
+def test_a_due_evaluation_starts_before_the_next_chunk_is_queued(tmp_path):
+    """After a chunk whose evaluation is due (eval_every=2: chunk 2, index 1), the evaluation program is called
+    before the next chunk is queued, so the devices run it first rather than behind that chunk; what it returns
+    equals the evaluation of the same state called afterwards. No evaluation is started where none is due."""
+    run = small_run(tmp_path / "run", compile_cache=False)
+    module, config, env = prepare("ppo", SMALL["ppo"], run)
+    driver = make_driver("ppo", module, config, env, run)
+    driver.build()
+    driver.start(driver.init_state(), 0, None)
+    state, _ = driver.run_chunk(0)
+    driver.evaluate(state)  # the program built (the first evaluation takes it from its build)
+    calls = []
+    program, launch = driver._evaluate, driver._launch
+    driver._evaluate = lambda *args: calls.append("evaluate") or program(*args)
+    driver._launch = lambda *args: calls.append("launch") or launch(*args)
+    state, _ = driver.run_chunk(1)
+    assert calls == ["evaluate", "launch"]
+    started = driver.evaluate(state)
+    driver._evaluate = program
+    np.testing.assert_array_equal(started, driver.evaluate(state))
+    calls.clear()
+    driver._evaluate = lambda *args: calls.append("evaluate") or program(*args)
+    driver.run_chunk(2)
+    assert calls == ["launch"]
+    driver.close()
+
+
 def test_overwrite_replaces_only_a_run_and_only_its_files(tmp_path):
     """A user's folder is never replaced, even with --overwrite; a run is replaced only with it, and only
     the files the run wrote go (a file the user put beside them stays)."""

@@ -155,6 +155,11 @@ class RunConfig:
     older than the learner's is dropped and counted (summary.json's fragments_dropped), never trained on.
     None: actors x in_flight (what the actors can have in flight; inline runs then never drop)."""
 
+    def evaluates_after(self, chunk: int, chunks: int) -> bool:
+        """Whether the deterministic policy is evaluated after chunk `chunk` (0-based) of `chunks`: every
+        `eval_every` chunks and after the last."""
+        return chunk == chunks - 1 or (self.eval_every > 0 and (chunk + 1) % self.eval_every == 0)
+
     @property
     def resolved_max_lag(self) -> int:
         return self.actors * self.resolved_in_flight if self.max_lag is None else self.max_lag

@@ -557,7 +557,7 @@ class TrainRecords:
     def chunk(self, chunk: int, env_step: int, elapsed: Callable[[], float], state: Any,
               per_seed: dict[str, Any]) -> str:
         """Evaluates where due (adding eval_return to `per_seed`), then logs the chunk."""
-        if chunk == len(self.driver.bounds) - 1 or (self.run.eval_every and (chunk + 1) % self.run.eval_every == 0):
+        if self.run.evaluates_after(chunk, len(self.driver.bounds)):
             self.eval_returns = self.evaluate(state)
             per_seed["eval_return"] = self.eval_returns.mean(axis=1)
         assert self.logger is not None
