@@ -74,8 +74,8 @@ def make_config(algo_name: str, steps: int, learning_starts: int | None):
     if algo_name == "ppo":
         return ppo.Config(total_timesteps=steps)
     # rejax's side is PureJaxRL's one-step DQN (peer_rejax.py): the same here, not sparqrl's device default
-    # (n = 3, lr 5e-4 annealed, a 100,000 replay), so that both run one program
-    purejaxrl = dict(nstep=1, lr=2.5e-4, anneal_lr=False, buffer_size=10_000)
+    # (n = 3, lr 5e-4 annealed, a 100,000 replay, Double DQN), so that both run one program
+    purejaxrl = dict(nstep=1, lr=2.5e-4, anneal_lr=False, buffer_size=10_000, double_dqn=False)
     if learning_starts is None:
         return dqn.Config(total_timesteps=steps, **purejaxrl)
     return dqn.Config(total_timesteps=steps, learning_starts=learning_starts, **purejaxrl)

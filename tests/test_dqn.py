@@ -167,7 +167,8 @@ def test_config_rejects_continuous_actions():
 def test_config_defaults_and_derived_values(cartpole):
     config = dqn.Config().validate(cartpole)
     assert (config.num_envs, config.batch_size) == (10, 128)
-    assert (config.lr, config.anneal_lr, config.buffer_size, config.nstep) == (5e-4, True, 100_000, 3)  # on device
+    assert (config.lr, config.anneal_lr, config.buffer_size, config.nstep, config.double_dqn) == (
+        5e-4, True, 100_000, 3, True)  # on device
     assert config.num_updates == 50_000 and config.env_steps_per_update == 10
     assert config.max_gradient_steps_per_update == 1
     assert config.num_gradient_steps == (500_000 - 10_000) // 10 + 1  # one per update from step 10,000 on
@@ -281,20 +282,23 @@ def test_on_device_runs_the_one_learner_with_ape_x_parts_when_asked(cartpole):
 
 
 def test_lr_annealing_and_replay_resolve_per_runner_and_what_is_set_wins(cartpole):
-    """None: the device's own lr 5e-4 annealed and a 100,000 replay (with n = 3) for a device env; PureJaxRL's
-    2.5e-4, constant, 10,000 for a gym: env's actor-learner runner and for sparse=rlx2 on device, so that those keep
-    what they were measured with. validate resolves them, so that config.json records them and a sweep or PBT reads
-    the runner's lr before tracing it; a value the user (or a preset) sets wins."""
+    """None: the device's own lr 5e-4 annealed, a 100,000 replay and Double DQN (with n = 3) for a device env;
+    PureJaxRL's 2.5e-4, constant, 10,000 and the single target for a gym: env's actor-learner runner and for
+    sparse=rlx2 on device, so that those keep what they were measured with. validate resolves them, so that
+    config.json records them and a sweep or PBT reads the runner's lr before tracing it; a value the user (or a
+    preset) sets wins."""
     def resolved(config, env):
-        return tuple(getattr(config.validate(env), name) for name in ("lr", "anneal_lr", "buffer_size", "nstep"))
+        fields = ("lr", "anneal_lr", "buffer_size", "nstep", "double_dqn")
+        return tuple(getattr(config.validate(env), name) for name in fields)
 
     host = HostSpec("gym:CartPole-v1", (4,), Discrete(2), 500)
-    assert resolved(dqn.Config(), cartpole) == (5e-4, True, 100_000, 3)
-    assert resolved(dqn.Config(), host) == (2.5e-4, False, 10_000, 3)
-    assert resolved(dqn.Config(sparse="rlx2", sparsity=0.8), cartpole) == (2.5e-4, False, 10_000, 3)
-    assert resolved(dqn.Config(lr=1e-3, anneal_lr=False, buffer_size=5_000, nstep=1), cartpole) == (
-        1e-3, False, 5_000, 1)
-    assert resolved(dqn.Config(lr=1e-3, anneal_lr=True, buffer_size=50_000), host) == (1e-3, True, 50_000, 3)
+    assert resolved(dqn.Config(), cartpole) == (5e-4, True, 100_000, 3, True)
+    assert resolved(dqn.Config(), host) == (2.5e-4, False, 10_000, 3, False)
+    assert resolved(dqn.Config(sparse="rlx2", sparsity=0.8), cartpole) == (2.5e-4, False, 10_000, 3, False)
+    assert resolved(dqn.Config(lr=1e-3, anneal_lr=False, buffer_size=5_000, nstep=1, double_dqn=False), cartpole) == (
+        1e-3, False, 5_000, 1, False)
+    assert resolved(dqn.Config(lr=1e-3, anneal_lr=True, buffer_size=50_000, double_dqn=True), host) == (
+        1e-3, True, 50_000, 3, True)
     assert dqn.Config().validate(cartpole).validate(host).lr == 5e-4  # resolved once, then kept
     # a sweep's members trace the resolved lr: the default's program with hparams None equals lr 5e-4 given
     config = dataclasses.replace(SMALL, total_timesteps=400)
@@ -309,7 +313,7 @@ def test_lr_annealing_and_replay_resolve_per_runner_and_what_is_set_wins(cartpol
 
 @pytest.mark.slow
 def test_dqn_learns_cartpole(tmp_path):
-    """DQN's device default (n = 3, lr 5e-4 annealed, a 100,000 replay) through `sparqrl train dqn --seeds 2
+    """DQN's device default (n = 3, lr 5e-4 annealed, a 100,000 replay, Double DQN) through `sparqrl train dqn --seeds 2
     --steps 300000` with the seeds spread over 2 CPU devices as the command spreads them: every seed's greedy
     return (10 episodes) >= 400.
 

@@ -1,8 +1,9 @@
-"""DQN configuration. Defaults are PureJaxRL's `dqn.py` (CartPole-v1), with its quirks removed, except four that
-`Config.for_runner` resolves per runner: on device n = 3, Adam 5e-4 annealed to 0 and a 100,000-transition replay
-(PureJaxRL's one-step DQN, 2.5e-4 and 10,000 missed 400 on CartPole-v1 on 7 of 96 seeds; these settings on 1 of 96,
-benchmarks/history.md "DQN: n-step with an annealed rate, and a larger replay, tried"); on the actor-learner runner
-and with sparse=rlx2 n = 3 with PureJaxRL's rate and replay.
+"""DQN configuration. Defaults are PureJaxRL's `dqn.py` (CartPole-v1), with its quirks removed, except five that
+`Config.for_runner` resolves per runner: on device n = 3, Adam 5e-4 annealed to 0, a 100,000-transition replay and
+Double DQN (PureJaxRL's one-step DQN, 2.5e-4 and 10,000 missed 400 on CartPole-v1 on 7 of 96 seeds; the first four
+settings on 1 of 96, benchmarks/history.md "DQN: n-step with an annealed rate, and a larger replay, tried"; with
+Double DQN too, on none of 256, "DQN's device tail: Double DQN"); on the actor-learner runner and with sparse=rlx2
+n = 3 with PureJaxRL's rate, replay and single Q-learning target.
 
 Every interval and threshold counts *environment steps* summed over all parallel environments, and
 means what it says: `train_interval=10` is one gradient step per 10 env steps whatever `num_envs` is
@@ -74,8 +75,12 @@ class Config(AdamConfig):
     train_interval: int = 10
     """Env steps between gradient steps (10 with 10 envs: one gradient step per update)."""
 
-    double_dqn: bool = False
-    """Double DQN: the online network picks the next action, the target network values it."""
+    double_dqn: bool | None = None
+    """Double DQN (van Hasselt et al. 2016): the online network picks the next action, the target network values it.
+    None (`for_runner`): on device without sparse=rlx2 (with the device's n = 3, annealed rate and 100,000 replay,
+    the single target left 1 of 96 CartPole-v1 seeds below 400 at 500k, sliding off after 420k at 500;
+    Double DQN none of 256, benchmarks/history.md "DQN's device tail: Double DQN"), else off (PureJaxRL's and
+    Ape-X's settings as measured on the actor-learner runner)."""
 
     nstep: int | None = None
     """n of the n-step Q-learning target y = Σ_{k<n} γ^k r_k + γ^n Q'(s_n, a*) (Mnih et al. 2016; Hessel et al.
@@ -141,9 +146,9 @@ class Config(AdamConfig):
         """The fields left to the runner resolved: uniform replay and the epsilon schedule on device (PureJaxRL's
         DQN), Ape-X's prioritized replay and per-slot epsilons on the actor-learner runner; n = 3 on either, with
         RLx2's delay for sparse=rlx2, n = 1 with Atari's stacked frames (`stacked`), whose replay holds one-step
-        items; lr, anneal_lr and buffer_size: the device's own (5e-4 annealed, 100,000) on device without
-        sparse=rlx2, PureJaxRL's (2.5e-4, constant, 10,000) elsewhere. Values already set are kept (a user's, a
-        preset's, a config already resolved)."""
+        items; lr, anneal_lr, buffer_size and double_dqn: the device's own (5e-4 annealed, 100,000, Double DQN)
+        on device without sparse=rlx2, PureJaxRL's (2.5e-4, constant, 10,000, the single target) elsewhere. Values
+        already set are kept (a user's, a preset's, a config already resolved)."""
         rlx2 = self.sparse == "rlx2"
         own = on_device and not rlx2  # the device default measured on CartPole-v1 (module docstring)
         return dataclasses.replace(
@@ -151,6 +156,7 @@ class Config(AdamConfig):
             lr=_unset_or(self.lr, 5e-4 if own else 2.5e-4),
             anneal_lr=_unset_or(self.anneal_lr, own),
             buffer_size=_unset_or(self.buffer_size, 100_000 if own else 10_000),
+            double_dqn=_unset_or(self.double_dqn, own),
             prioritized=_unset_or(self.prioritized, not on_device),
             exploration=("schedule" if on_device else "apex") if self.exploration == "auto" else self.exploration,
             nstep=_unset_or(self.nstep, 1 if stacked else 3),
@@ -161,7 +167,7 @@ class Config(AdamConfig):
         """`AlgoConfig.as_saved_run`: a folder written before config.json recorded the per-runner values has
         `nstep` None, which on device without sparse=rlx2 then meant the one-step target (now 3); the run resumes,
         evaluates and exports with n = 1. Its other unset fields (prioritized, exploration, nstep_delay_fraction)
-        resolve now as they did then, and lr, anneal_lr and buffer_size were recorded."""
+        resolve now as they did then, and lr, anneal_lr, buffer_size and double_dqn were recorded."""
         one_step = self.nstep is None and not is_host_env(env) and self.sparse != "rlx2"
         return dataclasses.replace(self, nstep=1) if one_step else self
 
