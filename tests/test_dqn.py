@@ -321,7 +321,7 @@ def test_dqn_learns_cartpole(tmp_path):
     and 300k keeps the test below the former 500k test's cost. Measured (benchmarks/history.md "DQN's device
     default: n = 3, lr 5e-4 annealed, a 100,000 replay"): 497.8 and 500.0 (greedy 389 and 411 at 180k, 466 and 485
     at 240k, with the single target); at 500k the single target misses 400 on 1 of 96 seeds (the one-step default
-    before it: 7 of 96), Double DQN on none of 192 ("DQN's device tail: Double DQN").
+    before it: 7 of 96), Double DQN on none of 288 ("DQN's device tail: Double DQN").
     """
     summary = train_as_users_do(tmp_path / "run", "dqn", "CartPole-v1", steps=300_000)
     assert min(summary["final_return_per_seed"]) >= 400.0, summary["final_return_per_seed"]

@@ -2,7 +2,7 @@
 `Config.for_runner` resolves per runner: on device n = 3, Adam 5e-4 annealed to 0, a 100,000-transition replay and
 Double DQN (PureJaxRL's one-step DQN, 2.5e-4 and 10,000 missed 400 on CartPole-v1 on 7 of 96 seeds; the first four
 settings on 1 of 96, benchmarks/history.md "DQN: n-step with an annealed rate, and a larger replay, tried"; with
-Double DQN too, on none of 192, "DQN's device tail: Double DQN"); on the actor-learner runner and with sparse=rlx2
+Double DQN too, on none of 288, "DQN's device tail: Double DQN"); on the actor-learner runner and with sparse=rlx2
 n = 3 with PureJaxRL's rate, replay and single Q-learning target.
 
 Every interval and threshold counts *environment steps* summed over all parallel environments, and
@@ -79,7 +79,7 @@ class Config(AdamConfig):
     """Double DQN (van Hasselt et al. 2016): the online network picks the next action, the target network values it.
     None (`for_runner`): on device without sparse=rlx2 (with the device's n = 3, annealed rate and 100,000 replay,
     the single target left 1 of 96 CartPole-v1 seeds below 400 at 500k, sliding off after 420k at 500;
-    Double DQN none of 192, benchmarks/history.md "DQN's device tail: Double DQN"), else off (PureJaxRL's and
+    Double DQN none of 288, benchmarks/history.md "DQN's device tail: Double DQN"), else off (PureJaxRL's and
     Ape-X's settings as measured on the actor-learner runner)."""
 
     nstep: int | None = None
