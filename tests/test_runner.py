@@ -13,7 +13,7 @@ from sparqrl import cli
 from sparqrl.algos import dqn, ppo
 from sparqrl.config import ConfigError
 from sparqrl.runners import RunConfig, RunInterrupted, evaluate_saved, resume, train
-from sparqrl.runners.anakin import chunk_bounds, load_state, make_driver, prepare
+from sparqrl.runners.anakin import chunk_bounds, load_state, make_driver, prepare, run_keys
 
 SUMMARY_KEYS = {
     "algo", "env", "steps", "seeds", "final_return_mean", "final_return_std", "wall_time_s",
@@ -39,6 +39,15 @@ def test_chunk_bounds_cover_all_updates():
     assert chunk_bounds(2, 5) == [1, 2]
     b = chunk_bounds(976, 50)
     assert b[-1] == 976 and len(b) == 50 and all(x < y for x, y in zip(b, b[1:]))
+
+
+def test_a_seeds_keys_do_not_depend_on_the_seed_count():
+    """docs/compiled-training.md, "Reproducibility": seed k of `--seeds 2` has the training and evaluation keys of
+    seed k of `--seeds 4` (JAX's default threefry splits a key by index)."""
+    few, more = run_keys(7, 2, 2), run_keys(7, 4, 4)
+    for a, b in zip(few, more):
+        np.testing.assert_array_equal(jax.random.key_data(a), jax.random.key_data(b)[:2])
+    assert not np.array_equal(jax.random.key_data(more[0])[2], jax.random.key_data(more[0])[0])
 
 
 def test_run_leaves_everything_behind(tmp_path):
