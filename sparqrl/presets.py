@@ -68,8 +68,8 @@ PRESETS: tuple[Preset, ...] = (
         name="impala-atari", algo="impala", matches=_atari,
         family="Atari (gym:ALE/NAME)",
         source="IMPALA's Atari settings (Espeholt et al. 2018, Table G.1: unroll 20, learning rate 6e-4 annealed, "
-               "entropy 0.01, baseline cost 0.5, gradient clip 40; Adam here: the paper's RMSProp, IMPALA's default, is "
-               "not yet measured on Atari), on the Nature CNN (its 512-unit layer, relu)",
+               "entropy 0.01, baseline cost 0.5, gradient clip 40; Adam here: the paper's RMSProp, IMPALA's "
+               "default, is not yet measured on Atari), on the Nature CNN (its 512-unit layer, relu)",
         fields={"optimizer": "adam", "lr": 6e-4, "num_envs": 8, "num_steps": 20, "anneal_lr": True, "gamma": 0.99,
                 "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 40.0, "hidden": (512,), "activation": "relu",
                 "torso": "auto"},

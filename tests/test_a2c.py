@@ -81,8 +81,8 @@ def test_the_learners_a2c_loss_matches_numpy(lam):
 
 
 def test_rmsprop_is_tf1s_eps_inside_the_root_from_ones():
-    """`actor_critic_optimizer`'s RMSProp as TF1 (Baselines' a2c) steps: ms starts at 1, ms ← α ms + (1 - α) g², step
-    -lr g / sqrt(ms + ε), after the global-norm clip; three steps of a NumPy loop, no annealing."""
+    """`actor_critic_optimizer`'s RMSProp as TF1 (Baselines' a2c) steps: ms starts at 1, ms ← α ms + (1 - α) g²,
+    step -lr g / sqrt(ms + ε), after the global-norm clip; three steps of a NumPy loop, no annealing."""
     config = a2c.Config(lr=0.1, rmsprop_alpha=0.9, rmsprop_eps=0.01, max_grad_norm=1.0, anneal_lr=False)
     optimizer = actor_critic_optimizer(config)
     params = {"w": jnp.array([1.0, -2.0]), "b": jnp.array([0.5])}

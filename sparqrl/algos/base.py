@@ -100,8 +100,9 @@ def actor_critic_optimizer(config: Any) -> optax.GradientTransformation:
     `clipped_adam`), its rate annealed linearly to 0 over the run's updates if asked.
 
     rmsprop is TF1's `RMSPropOptimizer`, which the A2C and IMPALA papers and Baselines' a2c use: ms ← α·ms +
-    (1 − α)·g², starting at ms = 1, and the step lr·g / sqrt(ms + ε), ε inside the square root (optax's `eps_in_sqrt=True`,
-    `initial_scale=1`; PyTorch's and SB3's RMSprop start at 0 and add ε outside, lr·g / (sqrt(ms) + ε)).
+    (1 − α)·g², starting at ms = 1, and the step lr·g / sqrt(ms + ε), ε inside the square root (optax's
+    `eps_in_sqrt=True`, `initial_scale=1`; PyTorch's and SB3's RMSprop start at 0 and add ε outside,
+    lr·g / (sqrt(ms) + ε)).
     adam: Adam with ε 1e-5, as PPO's."""
     learning_rate = optax.linear_schedule(config.lr, 0.0, config.num_updates) if config.anneal_lr else config.lr
     if config.optimizer == "adam":
